@@ -1,0 +1,460 @@
+"""The compact Python model of μGraphs and the Mirage-compatible builder API.
+
+A `KNGraph` (kernel graph) holds device tensors (`DTensor`) and kernel ops; a
+graph-defined kernel op owns a `TBGraph` (block graph) over shared-memory tiles
+(`STensor`); a thread-graph op in a block graph owns a `THGraph` over scalars. Shapes
+and dtypes are checked as ops are added, with the rules of `ops.py`. The search works
+on this model; MLIR is produced from it only for results (`mirage.core.mlir_text`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import Sequence
+
+from . import ops as O
+from .dtypes import dtype, float16
+
+GRID = ("x", "y", "z")
+LOOP = "i"
+
+
+class GraphError(ValueError):
+    """A μGraph that breaks a validity rule; the message starts with the rule name."""
+
+
+@dataclass(eq=False)
+class Tensor:
+    shape: tuple[int, ...]
+    dtype: dtype
+    producer: object = None  # the op or input record that defines it
+    index: int = 0  # which result of the producer
+
+    # Mirage-compatible accessors
+    @property
+    def num_dims(self) -> int:
+        return len(self.shape)
+
+    def dim(self, i: int) -> int:
+        return self.shape[i]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self.shape)}, {self.dtype.mlir})"
+
+
+class DTensor(Tensor):
+    """A tensor in device memory (kernel-graph value)."""
+
+
+class STensor(Tensor):
+    """A tile in shared memory (block-graph value)."""
+
+
+class Scalar(Tensor):
+    """A register value of one thread (thread-graph value); shape is ()."""
+
+
+@dataclass(eq=False)
+class Op:
+    kind: str  # an OPS key, "graph_def", "thread_graph" or "forloop_accum"
+    inputs: list
+    outputs: list
+    attrs: dict = field(default_factory=dict)
+    body: object = None  # TBGraph for graph_def, THGraph for thread_graph
+
+
+def _dtype_of(inputs: Sequence[Tensor]) -> dtype:
+    ds = {t.dtype for t in inputs}
+    if len(ds) > 1:
+        raise GraphError(f"[dtype] operands mix element types {sorted(d.mlir for d in ds)}")
+    return ds.pop() if ds else float16
+
+
+class _Builder:
+    """Shared machinery: add a table op at this graph's level."""
+
+    level = ""
+    tensor_cls: type = Tensor
+
+    def __init__(self):
+        self.ops: list[Op] = []
+
+    def _own(self, t: Tensor) -> None:
+        if not isinstance(t, self.tensor_cls):
+            raise GraphError(f"[nesting] expected a {self.tensor_cls.__name__} of this graph, got {t!r}")
+
+    def _op(self, kind: str, inputs: Sequence[Tensor], dt: dtype | None = None, **attrs) -> Tensor:
+        d = O.OPS.get(kind)
+        if d is None or self.level not in d.levels:
+            raise GraphError(f"[nesting] operator '{kind}' does not exist at the {self.level} level")
+        for t in inputs:
+            self._own(t)
+        try:
+            shape = d.shape([t.shape for t in inputs], attrs)
+        except O.ShapeError as e:
+            raise GraphError(f"[shape] {kind}: {e}") from None
+        out = self.tensor_cls(tuple(shape), dt or _dtype_of(inputs))
+        op = Op(kind, list(inputs), [out], attrs)
+        out.producer = op
+        self.ops.append(op)
+        return out
+
+    # element-wise operators shared by all levels
+    def add(self, A, B): return self._op("add", [A, B])
+    def sub(self, A, B): return self._op("sub", [A, B])
+    def mul(self, A, B): return self._op("mul", [A, B])
+    def div(self, A, B): return self._op("div", [A, B])
+    def exp(self, A): return self._op("exp", [A])
+    def sqrt(self, A): return self._op("sqrt", [A])
+    def rsqrt(self, A): return self._op("rsqrt", [A])
+    def square(self, A): return self._op("square", [A])
+    def silu(self, A): return self._op("silu", [A])
+    def gelu(self, A): return self._op("gelu", [A])
+    def relu(self, A): return self._op("relu", [A])
+    def sigmoid(self, A): return self._op("sigmoid", [A])
+
+
+class _TensorOps(_Builder):
+    """Operators present at the kernel and block levels."""
+
+    def matmul(self, A, B): return self._op("matmul", [A, B])
+    def reduction(self, A, dim: int): return self._op("reduction", [A], dim=int(dim))
+    def reduce_max(self, A, dim: int): return self._op("reduce_max", [A], dim=int(dim))
+    def concat(self, A, B, dim: int): return self._op("concat", [A, B], dim=int(dim))
+    def reshape(self, A, shape): return self._op("reshape", [A], shape=tuple(int(s) for s in shape))
+    def transpose(self, A, permutation): return self._op("transpose", [A], permutation=tuple(permutation))
+    def repeat(self, A, repeats): return self._op("repeat", [A], repeats=tuple(repeats))
+
+    def constant(self, value: float, shape=(1,), dtype: dtype = float16):
+        return self._op("constant", [], dtype, value=float(value), shape=tuple(shape))
+
+
+# -- kernel graph -------------------------------------------------------------------------
+
+class KNGraph(_TensorOps):
+    """A kernel graph: the μGraph's top level (Mirage's `mi.new_kernel_graph()`)."""
+
+    level = "kn"
+    tensor_cls = DTensor
+
+    def __init__(self, name: str = "main"):
+        super().__init__()
+        self.name = name
+        self.inputs: list[DTensor] = []
+        self.outputs: list[DTensor] = []
+        self.strides: dict[int, tuple[int, ...]] = {}  # input index -> non-default strides
+        self.smem_capacity: int | None = None
+
+    def new_input(self, dims, strides=None, dtype: dtype = float16) -> DTensor:
+        dims = tuple(int(d) for d in dims)
+        if not dims or min(dims) < 1:
+            raise GraphError(f"[shape] input dims must be positive, got {list(dims)}")
+        t = DTensor(dims, dtype, "input", len(self.inputs))
+        if strides is not None:
+            strides = tuple(int(s) for s in strides)
+            if len(strides) != len(dims):
+                raise GraphError(f"[shape] {len(strides)} strides given for {len(dims)} dims")
+            if strides != row_major_strides(dims):
+                self.strides[len(self.inputs)] = strides
+        self.inputs.append(t)
+        return t
+
+    def mark_output(self, A: DTensor, strides=None) -> None:
+        self._own(A)
+        self.outputs.append(A)
+
+    def rms_norm(self, A, normalized_shape):
+        return self._op("rms_norm", [A], normalized_shape=tuple(int(n) for n in normalized_shape))
+
+    def customized(self, inputs: Sequence[DTensor], bgraph: "TBGraph") -> list[DTensor]:
+        """Add a graph-defined kernel whose block graph is `bgraph`; `inputs` are the
+        device tensors its `new_input` calls read, in order."""
+        inputs = list(inputs)
+        if len(inputs) != len(bgraph.inputs):
+            raise GraphError(f"[launch] {len(inputs)} tensors given for a block graph with "
+                             f"{len(bgraph.inputs)} inputs")
+        for k, (t, rec) in enumerate(zip(inputs, bgraph.inputs)):
+            self._own(t)
+            if t.shape != rec.dtensor.shape or t.dtype != rec.dtensor.dtype:
+                raise GraphError(f"[launch] input {k}: {t!r} does not match the block graph's {rec.dtensor!r}")
+        bgraph.check()
+        outs = []
+        op = Op("graph_def", inputs, outs, {}, bgraph)
+        for k, o in enumerate(bgraph.outputs):
+            t = DTensor(bgraph.output_shape(o), o.stensor.dtype, op, k)
+            outs.append(t)
+        self.ops.append(op)
+        return outs
+
+    # -- conversions and evaluation (implemented in sibling modules) --
+    def evaluate(self, inputs, dtype=None):
+        """Run the μGraph on numpy arrays with the reference interpreter (float64 by
+        default; `dtype="native"` rounds every tensor to its element type)."""
+        from .interpret import evaluate
+
+        return evaluate(self, inputs, dtype)
+
+    def to_mlir(self) -> str:
+        from .mlir_text import print_module
+
+        return print_module([self])
+
+    def __str__(self) -> str:
+        return self.to_mlir()
+
+    def to_dot(self) -> str:
+        from .dot import to_dot
+
+        return to_dot(self)
+
+    def visualize(self, path: str) -> str:
+        """Write Graphviz DOT to `path` (`.dot` added if missing); returns the path."""
+        if not path.endswith(".dot"):
+            path += ".dot"
+        with open(path, "w") as f:
+            f.write(self.to_dot())
+        return path
+
+    def __call__(self, inputs=None, **kwargs):
+        from ..lower import call  # GPU execution; raises a clear error without a GPU
+
+        return call(self, inputs if inputs is not None else kwargs.get("inputs"), **kwargs)
+
+
+def row_major_strides(dims) -> tuple[int, ...]:
+    out, acc = [], 1
+    for d in reversed(dims):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+# -- block graph --------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class TBInput:
+    dtensor: DTensor  # the kernel-level tensor this iterator reads (shape/dtype template)
+    imap: tuple[int, int, int]
+    forloop_dim: int
+    stensor: STensor = None
+
+
+@dataclass(eq=False)
+class TBOutput:
+    stensor: STensor
+    omap: tuple[int, int, int]
+    forloop_dim: int = -1
+
+
+class TBGraph(_TensorOps):
+    """A block graph (Mirage's `mi.new_threadblock_graph(...)`)."""
+
+    level = "tb"
+    tensor_cls = STensor
+
+    def __init__(self, grid_dim=(1, 1, 1), block_dim=(128, 1, 1), forloop_range: int = 1,
+                 reduction_dimx: int = 64):
+        super().__init__()
+        self.grid_dim = _dims3(grid_dim, "grid_dim")
+        self.block_dim = _dims3(block_dim, "block_dim")
+        self.forloop_range = int(forloop_range)
+        self.reduction_dimx = int(reduction_dimx)
+        if self.forloop_range < 1 or self.reduction_dimx < 1:
+            raise GraphError("[launch] forloop_range and reduction_dimx must be >= 1")
+        self.inputs: list[TBInput] = []
+        self.outputs: list[TBOutput] = []
+
+    def partition(self, shape, dmap, loop_dim, what: str) -> tuple[int, ...]:
+        """Tile shape of a tensor of `shape` read with grid map `dmap` and `loop_dim`."""
+        tile = list(shape)
+        for g, d in zip(GRID + (LOOP,), tuple(dmap) + (loop_dim,)):
+            if d == -1:
+                continue
+            if not 0 <= d < len(shape):
+                raise GraphError(f"[map] {what}: {g} -> {d} names no dim of a rank-{len(shape)} tensor")
+            n = self.forloop_range if g == LOOP else self.grid_dim[GRID.index(g)]
+            if tile[d] % n:
+                raise GraphError(f"[divisibility] {what}: dim {d} of size {tile[d]} does not split "
+                                 f"evenly into {n} parts along {g}")
+            tile[d] //= n
+        return tuple(tile)
+
+    def new_input(self, dtensor: DTensor, input_map, forloop_dim: int, store_in_dmem: bool = False) -> STensor:
+        imap = _dims3(input_map, "input_map", allow_neg=True)
+        if not isinstance(dtensor, DTensor):
+            raise GraphError(f"[nesting] new_input reads a device tensor, got {dtensor!r}")
+        tile = self.partition(dtensor.shape, imap, int(forloop_dim), f"input {len(self.inputs)}")
+        rec = TBInput(dtensor, imap, int(forloop_dim))
+        rec.stensor = STensor(tile, dtensor.dtype, rec, 0)
+        self.inputs.append(rec)
+        return rec.stensor
+
+    def new_output(self, stensor: STensor, output_map, forloop_dim: int = -1) -> None:
+        self._own(stensor)
+        rec = TBOutput(stensor, _dims3(output_map, "output_map", allow_neg=True), int(forloop_dim))
+        self.output_shape(rec)  # validates
+        self.outputs.append(rec)
+
+    def output_shape(self, o: TBOutput) -> tuple[int, ...]:
+        shape = list(o.stensor.shape)
+        what = f"output {self.outputs.index(o) if o in self.outputs else len(self.outputs)}"
+        for g, n in zip(GRID, self.grid_dim):
+            d = o.omap[GRID.index(g)]
+            if d == -1:
+                if n > 1:
+                    raise GraphError(f"[omap] {what}: grid dim {g} of size {n} maps to a replica, "
+                                     f"so its blocks would overwrite each other")
+                continue
+            if not 0 <= d < len(shape):
+                raise GraphError(f"[map] {what}: {g} -> {d} names no dim of a rank-{len(shape)} tile")
+            shape[d] *= n
+        if o.forloop_dim != -1:
+            if not 0 <= o.forloop_dim < len(shape):
+                raise GraphError(f"[map] {what}: i -> {o.forloop_dim} names no dim")
+            shape[o.forloop_dim] *= self.forloop_range
+        return tuple(shape)
+
+    def forloop_accum(self, A: STensor, acc: str | None = None) -> STensor:
+        self._own(A)
+        kind = "none" if acc is None else str(acc)
+        if kind not in O.ACCUMULATORS:
+            raise GraphError(f"[accumulator] unknown accumulator '{acc}' (expected None or one of "
+                             f"{', '.join(repr(a) for a in O.ACCUMULATORS[1:])})")
+        try:
+            shape = O.accum_shape(kind, A.shape, self.reduction_dimx)
+        except O.ShapeError as e:
+            raise GraphError(f"[dimx] forloop_accum {kind}: {e}") from None
+        out = STensor(shape, A.dtype)
+        op = Op("forloop_accum", [A], [out], {"kind": kind})
+        out.producer = op
+        self.ops.append(op)
+        return out
+
+    def rms_norm(self, A):
+        return self._op("rms_norm", [A], normalized_shape=(A.shape[-1],))
+
+    def reduction_to_dimx(self, A):
+        return self._op("reduction_to_dimx", [A], dimx=self.reduction_dimx)
+
+    def _op(self, kind, inputs, dt=None, **attrs):
+        if kind == "reduction_to_dimx":
+            attrs["dimx"] = self.reduction_dimx
+        try:
+            return super()._op(kind, inputs, dt, **attrs)
+        except GraphError as e:
+            if kind == "reduction_to_dimx" and "[shape]" in str(e):
+                raise GraphError(str(e).replace("[shape]", "[dimx]")) from None
+            raise
+
+    def thread_graph(self, inputs: Sequence[STensor], body: "THGraph") -> list[STensor]:
+        """Fuse an element-wise chain: `body` runs per element on broadcast `inputs`."""
+        inputs = list(inputs)
+        for t in inputs:
+            self._own(t)
+        if len(inputs) != len(body.inputs):
+            raise GraphError(f"[shape] thread graph takes {len(body.inputs)} inputs, {len(inputs)} given")
+        try:
+            shape = O.broadcast_shapes(*[t.shape for t in inputs])
+        except O.ShapeError as e:
+            raise GraphError(f"[shape] thread_graph: {e}") from None
+        outs = [STensor(shape, o.dtype) for o in body.outputs]
+        op = Op("thread_graph", inputs, outs, {}, body)
+        for k, o in enumerate(outs):
+            o.producer, o.index = op, k
+        self.ops.append(op)
+        return outs
+
+    # -- whole-graph checks (the μGraph validity rules not checked op by op) --
+
+    def smem_bytes(self) -> int:
+        tiles = [r.stensor for r in self.inputs] + [t for op in self.ops for t in op.outputs]
+        return sum(prod(t.shape) * t.dtype.itemsize for t in tiles)
+
+    def check(self, smem_capacity: int | None = None) -> None:
+        if not self.outputs:
+            raise GraphError("[launch] the block graph has no output")
+        cap = smem_capacity or DEFAULT_SMEM
+        if self.smem_bytes() > cap:
+            raise GraphError(f"[smem] the block graph needs {self.smem_bytes()} bytes of shared memory, "
+                             f"more than the capacity {cap}")
+        accums = self.accum_counts()
+        for k, o in enumerate(self.outputs):
+            n = accums[id(o.stensor)]
+            if n is None:
+                continue  # constant-only output
+            lo, hi = n
+            if hi > 1:
+                raise GraphError(f"[accumulator] output {k}: a path passes {hi} accumulators")
+            need = 0 if o.forloop_dim != -1 else (1 if self.forloop_range > 1 else None)
+            if need is not None and (lo != need or hi != need):
+                raise GraphError(f"[accumulator] output {k}: with forloop {self.forloop_range} every "
+                                 f"input->output path must pass exactly {need} accumulator(s), found "
+                                 f"{lo}..{hi}")
+
+    def accum_counts(self) -> dict:
+        """For each tile id: (min, max) number of accumulators on input paths to it."""
+        counts: dict = {id(r.stensor): (0, 0) for r in self.inputs}
+        for op in self.ops:
+            ins = [counts.get(id(t)) for t in op.inputs]
+            ins = [c for c in ins if c is not None]
+            c = (min(a for a, _ in ins), max(b for _, b in ins)) if ins else None
+            if c is not None and op.kind == "forloop_accum":
+                c = (c[0] + 1, c[1] + 1)
+            for t in op.outputs:
+                counts[id(t)] = c
+        return counts
+
+    def is_post_loop(self, t: STensor) -> bool:
+        """Whether `t` is computed once after the loop (downstream of an accumulator)."""
+        c = self.accum_counts().get(id(t))
+        return c is not None and c[0] >= 1
+
+
+DEFAULT_SMEM = 227 * 1024  # sm_90 per-block shared memory
+
+
+def _dims3(v, what: str, allow_neg: bool = False) -> tuple[int, int, int]:
+    v = tuple(int(x) for x in v)
+    if len(v) > 3 or not v:
+        raise GraphError(f"[launch] {what} needs 1 to 3 entries, got {list(v)}")
+    fill = -1 if allow_neg else 1
+    v = v + (fill,) * (3 - len(v))
+    if not allow_neg and min(v) < 1:
+        raise GraphError(f"[launch] {what} entries must be positive, got {list(v)}")
+    if allow_neg and min(v) < -1:
+        raise GraphError(f"[map] {what} entries are tensor dims or -1, got {list(v)}")
+    return v
+
+
+# -- thread graph -------------------------------------------------------------------------
+
+class THGraph(_Builder):
+    """A thread graph: a scalar function of its inputs, run per element in registers."""
+
+    level = "th"
+    tensor_cls = Scalar
+
+    def __init__(self, input_dtypes: Sequence[dtype]):
+        super().__init__()
+        self.inputs = [Scalar((), d, "input", k) for k, d in enumerate(input_dtypes)]
+        self.outputs: list[Scalar] = []
+
+    def constant(self, value: float, dtype: dtype = float16):
+        return self._op("constant", [], dtype, value=float(value), shape=())
+
+    def output(self, s: Scalar) -> None:
+        self._own(s)
+        self.outputs.append(s)
+
+
+def new_kernel_graph(name: str = "main") -> KNGraph:
+    return KNGraph(name)
+
+
+def new_threadblock_graph(grid_dim, block_dim=(128, 1, 1), forloop_range: int = 1,
+                          reduction_dimx: int = 64) -> TBGraph:
+    return TBGraph(grid_dim, block_dim, forloop_range, reduction_dimx)
+
+
+def new_thread_graph(input_dtypes: Sequence[dtype]) -> THGraph:
+    return THGraph(input_dtypes)
