@@ -377,23 +377,25 @@ class TBGraph(_TensorOps):
         if self.smem_bytes() > cap:
             raise GraphError(f"[smem] the block graph needs {self.smem_bytes()} bytes of shared memory, "
                              f"more than the capacity {cap}")
-        accums = self.accum_counts()
+        accums, every = self.accum_counts(), self.accum_counts(varying_only=False)
         for k, o in enumerate(self.outputs):
+            if every[id(o.stensor)] and every[id(o.stensor)][1] > 1:
+                raise GraphError(f"[accumulator] output {k}: a path passes {every[id(o.stensor)][1]} accumulators")
             n = accums[id(o.stensor)]
             if n is None:
-                continue  # constant-only output
+                continue  # depends on loop-invariant inputs only
             lo, hi = n
-            if hi > 1:
-                raise GraphError(f"[accumulator] output {k}: a path passes {hi} accumulators")
             need = 0 if o.forloop_dim != -1 else (1 if self.forloop_range > 1 else None)
             if need is not None and (lo != need or hi != need):
                 raise GraphError(f"[accumulator] output {k}: with forloop {self.forloop_range} every "
                                  f"input->output path must pass exactly {need} accumulator(s), found "
                                  f"{lo}..{hi}")
 
-    def accum_counts(self) -> dict:
-        """For each tile id: (min, max) number of accumulators on input paths to it."""
-        counts: dict = {id(r.stensor): (0, 0) for r in self.inputs}
+    def accum_counts(self, varying_only: bool = True) -> dict:
+        """For each tile id: (min, max) number of accumulators on the paths to it from
+        loop-varying inputs (or from all inputs); None where no such path exists."""
+        counts: dict = {id(r.stensor): (0, 0) for r in self.inputs
+                        if r.forloop_dim != -1 or not varying_only}
         for op in self.ops:
             ins = [counts.get(id(t)) for t in op.inputs]
             ins = [c for c in ins if c is not None]
@@ -406,8 +408,8 @@ class TBGraph(_TensorOps):
 
     def is_post_loop(self, t: STensor) -> bool:
         """Whether `t` is computed once after the loop (downstream of an accumulator)."""
-        c = self.accum_counts().get(id(t))
-        return c is not None and c[0] >= 1
+        c = self.accum_counts(varying_only=False).get(id(t))
+        return c is not None and c[1] >= 1
 
 
 DEFAULT_SMEM = 227 * 1024  # sm_90 per-block shared memory
