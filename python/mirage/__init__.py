@@ -1,10 +1,27 @@
 """mirage: a multi-level superoptimizer for GPU tensor programs.
 
 `import mirage` loads only numpy-based modules: the graph model, the interpreter and
-the API. MLIR is imported on first use of what needs it (printing parses, passes).
+the builder API. Everything heavier (MLIR, z3, torch) is imported on first use of a
+name from `_LAZY`, so `import mirage.runtime` works where only numpy and cuda-bindings
+are installed.
 """
+from importlib import import_module
+
 from .core.dtypes import bfloat16, dtype, float16, float32
 from .core.graph import (DTensor, GraphError, KNGraph, STensor, TBGraph, THGraph,
                          new_kernel_graph, new_thread_graph, new_threadblock_graph)
 
 __version__ = "0.1.0"
+
+# public name -> module defining it (imported on first access)
+_LAZY = {
+    "parse_mlir": "mirage.core.mlir_import",
+    "load_mlir": "mirage.core.mlir_import",
+    "check_equivalence": "mirage.verify",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mirage' has no attribute '{name}'")
