@@ -1,0 +1,249 @@
+"""MLIR (`kn`/`tb`/`th`) -> the Python μGraph model, through the MLIR Python bindings.
+
+`parse_mlir(text)` returns one `KNGraph` per `func.func`; the graphs are rebuilt with
+the builder API, so every Python-side validity check runs again on them.
+"""
+from __future__ import annotations
+
+import re
+
+from .dtypes import dtype
+from .graph import KNGraph, TBGraph, THGraph, new_thread_graph
+from .ops import OPS
+
+
+class ImportError_(ValueError):
+    """MLIR that has no μGraph meaning (an op of another dialect, say)."""
+
+
+def _context():
+    from ..dialects import make_context
+
+    return make_context()
+
+
+def _shape_dtype(type_) -> tuple[tuple[int, ...], dtype]:
+    import mlir.ir as ir
+
+    if ir.RankedTensorType.isinstance(type_):
+        t = ir.RankedTensorType(type_)
+        return tuple(t.shape), dtype.parse(str(t.element_type))
+    return (), dtype.parse(str(type_))
+
+
+def _int(attr) -> int:
+    import mlir.ir as ir
+
+    return ir.IntegerAttr(attr).value
+
+
+def _i64s(attr) -> tuple[int, ...]:
+    import mlir.ir as ir
+
+    return tuple(ir.DenseI64ArrayAttr(attr))
+
+
+def _float(attr) -> float:
+    import mlir.ir as ir
+
+    return ir.FloatAttr(attr).value
+
+
+def _attr(op, *names):
+    attrs = op.attributes
+    for n in names:
+        if n in attrs:
+            return attrs[n]
+    raise ImportError_(f"{op.name} at {op.location}: missing attribute {' or '.join(names)}")
+
+
+_MAP_ENTRY = re.compile(r"([xyzi])\s*->\s*(-?\d+)")
+
+
+def parse_map(text: str) -> tuple[tuple[int, int, int], int]:
+    """`#tb.map<x -> 1, i -> 0>` (or its body) -> ((x, y, z), loop_dim), -1 = replica."""
+    m = {"x": -1, "y": -1, "z": -1, "i": -1}
+    for k, v in _MAP_ENTRY.findall(text):
+        m[k] = int(v)
+    return (m["x"], m["y"], m["z"]), m["i"]
+
+
+_ACCUM = re.compile(r"\b(none|sum_todimx|sum|mean|rms|max)\b")
+
+
+def _table_attrs(op, kind: str) -> dict:
+    attrs = {}
+    for name in OPS[kind].attrs:
+        if name == "shape":
+            attrs["shape"] = _shape_dtype(op.results[0].type)[0]
+        elif name == "value":
+            attrs["value"] = _float(_attr(op, "value"))
+        elif name == "dimx":
+            continue  # the enclosing graph's dimx
+        elif name in ("dim",):
+            attrs[name] = _int(_attr(op, name))
+        else:
+            attrs[name] = _i64s(_attr(op, name))
+    return attrs
+
+
+def _apply(builder, kind: str, op, ins):
+    if kind == "constant":
+        shape, dt = _shape_dtype(op.results[0].type)
+        if isinstance(builder, THGraph):
+            return builder.constant(_float(_attr(op, "value")), dt)
+        return builder.constant(_float(_attr(op, "value")), shape, dt)
+    if kind == "rms_norm" and isinstance(builder, TBGraph):
+        return builder.rms_norm(*ins)
+    if kind == "reduction_to_dimx":
+        return builder.reduction_to_dimx(*ins)
+    attrs = _table_attrs(op, kind)
+    return builder._op(kind, ins, **attrs)
+
+
+class _Env:
+    def __init__(self):
+        self.vals: dict = {}
+
+    def key(self, v):
+        return v  # mlir Values hash by identity of the underlying value
+
+    def __setitem__(self, v, t):
+        self.vals[self.key(v)] = t
+
+    def __getitem__(self, v):
+        try:
+            return self.vals[self.key(v)]
+        except KeyError:
+            raise ImportError_(f"value {v.get_name()} is used outside its graph") from None
+
+
+def _import_thread_graph(op, env: _Env, tb: TBGraph):
+    block = op.regions[0].blocks[0]
+    th = new_thread_graph([_shape_dtype(a.type)[1] for a in block.arguments])
+    inner = _Env()
+    for a, s in zip(block.arguments, th.inputs):
+        inner[a] = s
+    for o in block.operations:
+        name = o.name
+        if name == "th.yield":
+            for v in o.operands:
+                th.output(inner[v])
+            continue
+        if not name.startswith("th."):
+            raise ImportError_(f"{name} at {o.location}: not a thread-graph op")
+        inner[o.results[0]] = _apply(th, name[3:], o, [inner[v] for v in o.operands])
+    outs = tb.thread_graph([env[v] for v in op.operands], th)
+    for r, t in zip(op.results, outs):
+        env[r] = t
+
+
+def _import_graph_def(op, env: _Env, g: KNGraph):
+    tb = TBGraph(_i64s(_attr(op, "grid", "grid_dim")), _i64s(_attr(op, "block", "block_dim")),
+                 _int(_attr(op, "forloop", "forloop_range")), _int(_attr(op, "dimx", "reduction_dimx")))
+    block = op.regions[0].blocks[0]
+    args = list(block.arguments)
+    dts = [env[v] for v in op.operands]
+    inner = _Env()
+    reads = []
+    for o in block.operations:
+        name = o.name
+        if name == "tb.input":
+            src = o.operands[0]
+            k = next((i for i, a in enumerate(args) if a == src), None)
+            if k is None:
+                raise ImportError_(f"tb.input at {o.location} must read a region argument")
+            imap, loop = parse_map(str(_attr(o, "map")))
+            inner[o.results[0]] = tb.new_input(dts[k], imap, loop)
+            reads.append(dts[k])
+        elif name == "tb.output":
+            omap, loop = parse_map(str(_attr(o, "map")))
+            tb.new_output(inner[o.operands[0]], omap, loop)
+        elif name == "tb.forloop_accum":
+            kinds = [m.group(1) for a in o.attributes for m in [_ACCUM.search(str(a.attr))] if m]
+            if not kinds:
+                raise ImportError_(f"tb.forloop_accum at {o.location}: no accumulator kind")
+            kind = kinds[0]
+            inner[o.results[0]] = tb.forloop_accum(inner[o.operands[0]], None if kind == "none" else kind)
+        elif name == "tb.thread_graph":
+            _import_thread_graph(o, inner, tb)
+        elif name.startswith("tb."):
+            inner[o.results[0]] = _apply(tb, name[3:], o, [inner[v] for v in o.operands])
+        else:
+            raise ImportError_(f"{name} at {o.location}: not a block-graph op")
+    outs = g.customized(reads, tb)
+    for r, t in zip(op.results, outs):
+        env[r] = t
+
+
+def _import_function(func) -> KNGraph:
+    import mlir.ir as ir
+
+    name = ir.StringAttr(func.attributes["sym_name"]).value
+    g = KNGraph(name)
+    env = _Env()
+    block = func.regions[0].blocks[0]
+    arg_attrs = func.attributes["arg_attrs"] if "arg_attrs" in func.attributes else None
+    for k, a in enumerate(block.arguments):
+        shape, dt = _shape_dtype(a.type)
+        strides = None
+        if arg_attrs is not None:
+            d = ir.DictAttr(ir.ArrayAttr(arg_attrs)[k])
+            if "kn.strides" in d:
+                strides = _i64s(d["kn.strides"])
+        env[a] = g.new_input(shape, strides, dt)
+    for op in block.operations:
+        name = op.name
+        if name == "func.return":
+            for v in op.operands:
+                g.mark_output(env[v])
+        elif name == "kn.graph_def":
+            _import_graph_def(op, env, g)
+        elif name.startswith("kn.") and name[3:] in OPS:
+            env[op.results[0]] = _apply(g, name[3:], op, [env[v] for v in op.operands])
+        else:
+            raise ImportError_(f"{name} at {op.location}: not a kernel-graph op")
+    return g
+
+
+def parse_mlir(source) -> list[KNGraph]:
+    """MLIR text (or an `mlir.ir.Module` / module Operation) -> one KNGraph per function."""
+    import mlir.ir as ir
+
+    if isinstance(source, str):
+        module = ir.Module.parse(source, _context())
+        op = module.operation
+    else:
+        op = getattr(source, "operation", source)
+    graphs = []
+    cap = op.attributes["kn.smem_capacity"] if "kn.smem_capacity" in op.attributes else None
+    for f in op.regions[0].blocks[0].operations:
+        if f.name == "func.func":
+            g = _import_function(f)
+            g.smem_capacity = _int(cap) if cap is not None else None
+            graphs.append(g)
+    return graphs
+
+
+parse_module = parse_mlir
+
+
+def load_mlir(path: str) -> list[KNGraph]:
+    with open(path) as f:
+        return parse_mlir(f.read())
+
+
+def replace_body(module_op, graphs) -> None:
+    """Replace the functions of `module_op` by the MLIR of `graphs` (for passes)."""
+    import mlir.ir as ir
+
+    from .mlir_text import print_module
+
+    new = ir.Module.parse(print_module(graphs), module_op.context)
+    body = module_op.regions[0].blocks[0]
+    for o in list(body.operations):
+        o.erase()
+    ip = ir.InsertionPoint(body)
+    for o in list(new.body.operations):
+        o.detach_from_parent()
+        ip.insert(o)
