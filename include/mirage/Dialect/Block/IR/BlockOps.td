@@ -1,0 +1,335 @@
+//===- BlockOps.td - tb dialect operations -----------------*- tablegen -*-===//
+
+#ifndef MIRAGE_DIALECT_BLOCK_IR_BLOCKOPS_TD
+#define MIRAGE_DIALECT_BLOCK_IR_BLOCKOPS_TD
+
+include "mirage/Dialect/Block/IR/BlockDialect.td"
+include "mirage/Dialect/Block/IR/BlockAttrs.td"
+include "mirage/Dialect/Common/MirageBase.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+// Every tb op sits directly in a kn.graph_def body (`nesting` rule).
+defvar InGraphDef = MirageNestedIn<"::mirage::kn::GraphDefOp">;
+
+//===----------------------------------------------------------------------===//
+// Iterators and savers
+//===----------------------------------------------------------------------===//
+
+def Block_InputOp : Block_Op<"input", [InGraphDef, Pure]> {
+  let summary = "input iterator: the tile of a device tensor this block reads";
+  let description = [{
+    For block (bx, by, bz) at for-loop iteration k the tile is the slice of the
+    device tensor (a region argument of the enclosing `kn.graph_def`) where each
+    tensor dim `d` is split into equal parts by the grid dims and `i` that map to
+    it, outer to inner in the order x, y, z, i. Tile dim d = D[d] / (product of the
+    grid sizes mapping to d) / (forloop range if `i` maps to d).
+
+    Example:
+
+    ```mlir
+    %tw = tb.input %a1 map <x -> 1, i -> 0> : tensor<4096x4096xf16> -> tensor<64x64xf16>
+    ```
+
+    Verified rules: `[map]` (mapped dims exist; the operand is a region argument),
+    `[divisibility]` (partitioned dims divide evenly; the tile type is the slice),
+    `[dtype]`.
+  }];
+  let arguments = (ins Mirage_Tensor:$source, Block_MapAttr:$map);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat =
+      "$source `map` $map attr-dict `:` type($source) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Block_OutputOp : Block_Op<"output", [InGraphDef]> {
+  let summary = "output saver: writes this block's tile of a kernel result";
+  let description = [{
+    The block writes its tile to the slice of the k-th result of the enclosing
+    `kn.graph_def` (for the k-th `tb.output` of the body), given by the map as for
+    `tb.input`: result dim d = T[d] × (grid sizes mapping to d) × (forloop range if
+    `i` maps to d). Every grid dim of size > 1 must be mapped (else blocks would
+    overwrite each other).
+
+    Example:
+
+    ```mlir
+    tb.output %to map <x -> 1> : tensor<16x64xf16>
+    ```
+
+    Verified rules: `[map]`, `[omap]`, `[dtype]`.
+  }];
+  let arguments = (ins Mirage_Tensor:$value, Block_MapAttr:$map);
+  let assemblyFormat = "$value `map` $map attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Compute ops on tiles (as the kn ops of the same name)
+//===----------------------------------------------------------------------===//
+
+class Block_BinaryOp<string mnemonic, string what>
+    : Block_Op<mnemonic, [InGraphDef, Pure]> {
+  let summary = "element-wise " # what # " of two tiles (broadcasting)";
+  let description = "Element-wise " # what # [{ of two shared-memory tiles,
+    broadcasting like numpy (as `kn.}] # mnemonic # [{`).
+
+    Example:
+
+    ```mlir
+    }] # "%r = tb." # mnemonic # [{ %a, %b : (tensor<16x64xf16>, tensor<16x1xf16>) -> tensor<16x64xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$lhs, Mirage_Tensor:$rhs);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` `(` type($lhs) `,` type($rhs) `)` `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyElementwiseBinary(getOperation());
+    }
+  }];
+}
+
+def Block_AddOp : Block_BinaryOp<"add", "addition">;
+def Block_SubOp : Block_BinaryOp<"sub", "subtraction">;
+def Block_MulOp : Block_BinaryOp<"mul", "multiplication">;
+def Block_DivOp : Block_BinaryOp<"div", "division">;
+
+class Block_UnaryOp<string mnemonic, string what>
+    : Block_Op<mnemonic, [InGraphDef, Pure]> {
+  let summary = "element-wise " # what # " of a tile";
+  let description = "Element-wise " # what # [{ of a shared-memory tile; the
+    result has the operand's type.
+
+    Example:
+
+    ```mlir
+    }] # "%r = tb." # mnemonic # [{ %a : tensor<16x64xf16> -> tensor<16x64xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$input);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyElementwiseUnary(getOperation());
+    }
+  }];
+}
+
+def Block_ExpOp : Block_UnaryOp<"exp", "exponential `exp(x)`">;
+def Block_SqrtOp : Block_UnaryOp<"sqrt", "square root `sqrt(x)`">;
+def Block_RsqrtOp : Block_UnaryOp<"rsqrt", "reciprocal square root `1/sqrt(x)`">;
+def Block_SquareOp : Block_UnaryOp<"square", "square `x*x`">;
+def Block_SiluOp : Block_UnaryOp<"silu", "SiLU `x*sigmoid(x)`">;
+def Block_GeluOp : Block_UnaryOp<"gelu", "GELU">;
+def Block_ReluOp : Block_UnaryOp<"relu", "ReLU `max(x, 0)`">;
+def Block_SigmoidOp : Block_UnaryOp<"sigmoid", "logistic sigmoid `1/(1+exp(-x))`">;
+
+def Block_MatmulOp : Block_Op<"matmul", [InGraphDef, Pure]> {
+  let summary = "batched matrix multiplication of tiles";
+  let description = [{
+    As `kn.matmul`, on shared-memory tiles: contracts the last dim of `lhs` with
+    the second-to-last of `rhs`; equal ranks (≥ 2) and equal batch dims.
+
+    Example:
+
+    ```mlir
+    %tm = tb.matmul %tx, %tw : (tensor<16x64xf16>, tensor<64x64xf16>) -> tensor<16x64xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$lhs, Mirage_Tensor:$rhs);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` `(` type($lhs) `,` type($rhs) `)` `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyMatmul(getOperation());
+    }
+  }];
+}
+
+def Block_ConstantOp : Block_Op<"constant", [InGraphDef, Pure]> {
+  let summary = "a tile filled with one scalar";
+  let description = [{
+    As `kn.constant`, for a shared-memory tile.
+
+    Example:
+
+    ```mlir
+    %c = tb.constant 1.0e-06 : tensor<16x1xf32>
+    ```
+  }];
+  let arguments = (ins Mirage_ScalarValue:$value);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "custom<ScalarValue>($value) attr-dict `:` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyConstant(getOperation());
+    }
+  }];
+}
+
+class Block_ReduceOp<string mnemonic, string what>
+    : Block_Op<mnemonic, [InGraphDef, Pure]> {
+  let summary = what # " of a tile along one dim, keeping the rank";
+  let description = what # [{ along `dim` (as `kn.}] # mnemonic # [{`); the
+    reduced dim becomes 1.
+
+    Example:
+
+    ```mlir
+    }] # "%r = tb." # mnemonic # [{ %a {dim = 1 : i64} : tensor<16x64xf16> -> tensor<16x1xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$input, I64Attr:$dim);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyReduction(getOperation(), getDim());
+    }
+  }];
+}
+
+def Block_ReductionOp : Block_ReduceOp<"reduction", "Sum">;
+def Block_ReduceMaxOp : Block_ReduceOp<"reduce_max", "Maximum">;
+
+def Block_ConcatOp : Block_Op<"concat", [InGraphDef, Pure]> {
+  let summary = "concatenation of two tiles along one dim";
+  let description = [{
+    As `kn.concat`, on shared-memory tiles.
+
+    Example:
+
+    ```mlir
+    %r = tb.concat %a, %b {dim = 1 : i64} : (tensor<16x32xf16>, tensor<16x32xf16>) -> tensor<16x64xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$lhs, Mirage_Tensor:$rhs, I64Attr:$dim);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` `(` type($lhs) `,` type($rhs) `)` `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyConcat(getOperation(), getDim());
+    }
+  }];
+}
+
+def Block_RmsNormOp : Block_Op<"rms_norm", [InGraphDef, Pure]> {
+  let summary = "RMS normalization of the tile's last dim";
+  let description = [{
+    `x / sqrt(mean(x², last dim))` over the last dim of the tile; the result has
+    the operand's type.
+
+    Example:
+
+    ```mlir
+    %r = tb.rms_norm %a : tensor<16x64xf16> -> tensor<16x64xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$input);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyElementwiseUnary(getOperation());
+    }
+  }];
+}
+
+def Block_ReductionToDimxOp : Block_Op<"reduction_to_dimx", [InGraphDef, Pure]> {
+  let summary = "sums the tile's last dim down to dimx";
+  let description = [{
+    Sums the last dim down to the enclosing kernel's `dimx`: R[-1] = dimx and
+    element j is the sum of A[..., k·dimx + j]. The last dim must be a multiple of
+    dimx (`[dimx]` rule).
+
+    Example (in a `kn.graph_def` with `dimx 64`):
+
+    ```mlir
+    %r = tb.reduction_to_dimx %a : tensor<16x256xf16> -> tensor<16x64xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$input);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// For-loop accumulator
+//===----------------------------------------------------------------------===//
+
+def Block_ForloopAccumOp : Block_Op<"forloop_accum", [InGraphDef, Pure]> {
+  let summary = "for-loop accumulator";
+  let description = [{
+    Accumulates a tile across the for-loop iterations of the enclosing
+    `kn.graph_def`. Ops before an accumulator run every iteration; ops after it
+    run once, after the loop. Kinds (Mirage names; `none` is Mirage's `None`):
+
+    | kind | R | value after the loop |
+    |---|---|---|
+    | `none` | A | element-wise sum over iterations |
+    | `sum` | A with last dim 1 | sum over iterations and the tile's last dim |
+    | `mean` | A with last dim 1 | that sum / (iterations × A[-1]) |
+    | `rms` | A with last dim 1 | sqrt(sum of squares / (iterations × A[-1])) |
+    | `max` | A | element-wise max over iterations |
+    | `sum_todimx` | A with last dim `dimx` | sum over iterations of `reduction_to_dimx` |
+
+    The result may have a different element type (precision) than the input.
+
+    Example:
+
+    ```mlir
+    %ax = tb.forloop_accum rms %tx : tensor<16x64xf16> -> tensor<16x1xf32>
+    ```
+  }];
+  let arguments = (ins Block_AccumKind:$kind, Mirage_Tensor:$input);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "$kind $input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Thread graph
+//===----------------------------------------------------------------------===//
+
+def Block_ThreadGraphOp : Block_Op<"thread_graph", [
+    InGraphDef, IsolatedFromAbove, SingleBlock, RecursiveMemoryEffects]> {
+  let summary = "a fused element-wise chain run in registers (thread graph)";
+  let description = [{
+    The body (`th` ops ending in `th.yield`) is a scalar function applied
+    element-wise to the operand tiles, which broadcast like the element-wise ops.
+    The region has one scalar argument per operand, of the operand's element type;
+    results have the broadcast shape and the yielded element types.
+
+    Example:
+
+    ```mlir
+    %r = tb.thread_graph (%a, %b) : (tensor<16x64xf16>, tensor<16x1xf16>) -> tensor<16x64xf16> {
+    ^bb0(%x: f16, %y: f16):
+      %q = th.div %x, %y : f16
+      %s = th.silu %q : f16
+      th.yield %s : f16
+    }
+    ```
+  }];
+  let arguments = (ins Variadic<Mirage_Tensor>:$inputs);
+  let results = (outs Variadic<Mirage_Tensor>:$outputs);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat =
+      "` ` `(` $inputs `)` attr-dict `:` functional-type($inputs, results) $body";
+  let hasVerifier = 1;
+  let hasRegionVerifier = 1;
+}
+
+#endif // MIRAGE_DIALECT_BLOCK_IR_BLOCKOPS_TD

@@ -1,0 +1,244 @@
+//===- KernelOps.cpp - kn dialect operations and verifiers ----------------===//
+
+#include "mirage/Dialect/Kernel/IR/KernelOps.h"
+#include "mirage/Dialect/Block/IR/BlockOps.h"
+#include "mirage/Dialect/Thread/IR/ThreadOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OpImplementation.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+using namespace mlir;
+using namespace mirage;
+using namespace mirage::kn;
+
+//===----------------------------------------------------------------------===//
+// Simple ops
+//===----------------------------------------------------------------------===//
+
+static ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+
+static LogicalResult verifyCommon(Operation *op) {
+  if (failed(verifyStaticShapes(op)) || failed(verifySameSupportedDType(op)))
+    return failure();
+  return success();
+}
+
+LogicalResult RmsNormOp::verify() {
+  if (failed(verifyElementwiseUnary(getOperation())))
+    return failure();
+  ArrayRef<int64_t> a = shapeOf(getInput());
+  ArrayRef<int64_t> ns = getNormalizedShape();
+  if (ns.empty() || ns.size() > a.size() || a.take_back(ns.size()) != ns)
+    return emitError() << "[shape] normalized_shape " << formatShape(ns)
+                       << " must equal the trailing dims of the operand shape "
+                       << formatShape(a);
+  return success();
+}
+
+LogicalResult ReshapeOp::verify() {
+  if (failed(verifyCommon(getOperation())))
+    return failure();
+  auto a = cast<RankedTensorType>(getInput().getType());
+  auto r = cast<RankedTensorType>(getResult().getType());
+  if (a.getNumElements() != r.getNumElements())
+    return emitError() << "[shape] reshape from " << formatShape(a.getShape())
+                       << " (" << a.getNumElements() << " elements) to "
+                       << formatShape(r.getShape()) << " (" << r.getNumElements()
+                       << " elements) changes the element count";
+  return success();
+}
+
+LogicalResult TransposeOp::verify() {
+  if (failed(verifyCommon(getOperation())))
+    return failure();
+  ArrayRef<int64_t> a = shapeOf(getInput()), r = shapeOf(getResult());
+  ArrayRef<int64_t> perm = getPermutation();
+  SmallVector<bool> seen(a.size(), false);
+  bool ok = perm.size() == a.size();
+  for (int64_t p : perm) {
+    if (!ok || p < 0 || p >= (int64_t)a.size() || seen[p]) {
+      ok = false;
+      break;
+    }
+    seen[p] = true;
+  }
+  if (!ok)
+    return emitError() << "[shape] permutation " << formatShape(perm)
+                       << " is not a permutation of the " << a.size()
+                       << " dims of " << formatShape(a);
+  SmallVector<int64_t> expect;
+  for (int64_t p : perm)
+    expect.push_back(a[p]);
+  if (r != ArrayRef<int64_t>(expect))
+    return emitError() << "[shape] result shape " << formatShape(r) << " must be "
+                       << formatShape(expect) << " (operand " << formatShape(a)
+                       << " permuted by " << formatShape(perm) << ")";
+  return success();
+}
+
+LogicalResult RepeatOp::verify() {
+  if (failed(verifyCommon(getOperation())))
+    return failure();
+  ArrayRef<int64_t> a = shapeOf(getInput()), r = shapeOf(getResult());
+  ArrayRef<int64_t> reps = getRepeats();
+  if (reps.size() != a.size() || llvm::any_of(reps, [](int64_t x) { return x < 1; }))
+    return emitError() << "[shape] repeats " << formatShape(reps)
+                       << " must have one positive entry per dim of "
+                       << formatShape(a);
+  SmallVector<int64_t> expect;
+  for (size_t d = 0; d < a.size(); ++d)
+    expect.push_back(a[d] * reps[d]);
+  if (r != ArrayRef<int64_t>(expect))
+    return emitError() << "[shape] result shape " << formatShape(r) << " must be "
+                       << formatShape(expect) << " (operand " << formatShape(a)
+                       << " repeated " << formatShape(reps) << ")";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// GraphDefOp
+//===----------------------------------------------------------------------===//
+
+SmallVector<Operation *> GraphDefOp::getOutputOps() {
+  SmallVector<Operation *> outs;
+  for (Operation &op : getBody().front())
+    if (isa<tb::OutputOp>(op))
+      outs.push_back(&op);
+  return outs;
+}
+
+int64_t GraphDefOp::getSmemCapacity() {
+  if (auto module = (*this)->getParentOfType<ModuleOp>())
+    if (auto attr = module->getAttrOfType<IntegerAttr>(kSmemCapacityAttrName))
+      return attr.getInt();
+  return kDefaultSmemCapacity;
+}
+
+LogicalResult GraphDefOp::verify() {
+  // [launch]
+  auto checkDims = [&](ArrayRef<int64_t> dims, StringRef name) -> LogicalResult {
+    if (dims.size() != 3 || llvm::any_of(dims, [](int64_t d) { return d < 1; }))
+      return emitError() << "[launch] " << name << " " << formatShape(dims)
+                         << " must have 3 positive entries";
+    return success();
+  };
+  if (failed(checkDims(getGridDims(), "grid")) ||
+      failed(checkDims(getBlockDims(), "block")))
+    return failure();
+  if (getForloopRange() < 1)
+    return emitError() << "[launch] forloop " << getForloopRange() << " must be >= 1";
+  if (getDimx() < 1)
+    return emitError() << "[launch] dimx " << getDimx() << " must be >= 1";
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getNumOperands())
+    return emitError() << "[launch] the body has " << body.getNumArguments()
+                       << " arguments but the kernel has " << getNumOperands()
+                       << " operands";
+  for (auto [k, arg, operand] : llvm::enumerate(body.getArguments(), getInputs()))
+    if (arg.getType() != operand.getType())
+      return emitError() << "[launch] body argument #" << k << " has type "
+                         << arg.getType() << " but operand #" << k << " has type "
+                         << operand.getType();
+  size_t numOutputs = getOutputOps().size();
+  if (numOutputs != getNumResults())
+    return emitError() << "[launch] the body has " << numOutputs
+                       << " tb.output ops but the kernel has " << getNumResults()
+                       << " results";
+  // [shape] / [dtype] on the device tensors (results may change precision).
+  if (failed(verifyStaticShapes(getOperation())))
+    return failure();
+  for (auto [k, v] : llvm::enumerate(getInputs()))
+    if (failed(verifySupportedDType(getOperation(), v,
+                                    ("operand #" + llvm::Twine(k)).str())))
+      return failure();
+  for (auto [k, v] : llvm::enumerate(getResults()))
+    if (failed(verifySupportedDType(getOperation(), v,
+                                    ("result #" + llvm::Twine(k)).str())))
+      return failure();
+  return success();
+}
+
+LogicalResult GraphDefOp::verifyRegions() {
+  Block &body = getBody().front();
+
+  // [smem]: all tb results (the tiles) fit in shared memory.
+  int64_t bytes = 0;
+  for (Operation &op : body)
+    for (Value r : op.getResults())
+      if (auto t = dyn_cast<RankedTensorType>(r.getType()))
+        if (t.hasStaticShape())
+          bytes += tensorByteSize(t);
+  int64_t capacity = getSmemCapacity();
+  if (bytes > capacity)
+    return emitError() << "[smem] the block graph's tiles need " << bytes
+                       << " bytes of shared memory, more than the capacity of "
+                       << capacity << " bytes";
+
+  // [accumulator]: count the tb.forloop_accum ops on every path from a tb.input.
+  // For each value: a bitmask of the possible counts {0, 1, >=2} over all paths
+  // from any tb.input (0 = not reached from an input). Graph region: iterate to
+  // a fixpoint (the masks only grow).
+  llvm::DenseMap<Value, unsigned> mask;
+  auto get = [&](Value v) { return mask.lookup(v); };
+  auto shift = [](unsigned m) { // one more accumulator on every path
+    unsigned r = 0;
+    if (m & 1) r |= 2;
+    if (m & 6) r |= 4;
+    return r;
+  };
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (Operation &op : body) {
+      unsigned m = 0;
+      if (isa<tb::InputOp>(op)) {
+        m = 1;
+      } else {
+        for (Value v : op.getOperands())
+          m |= get(v);
+        if (isa<tb::ForloopAccumOp>(op))
+          m = shift(m);
+      }
+      for (Value r : op.getResults())
+        if ((mask[r] | m) != mask[r]) {
+          mask[r] |= m;
+          changed = true;
+        }
+    }
+  }
+  for (Operation &op : body) {
+    if (auto acc = dyn_cast<tb::ForloopAccumOp>(op)) {
+      if (get(acc.getResult()) & 4)
+        return acc.emitError()
+               << "[accumulator] a path from a tb.input passes two tb.forloop_accum "
+                  "ops (this one and another before it)";
+    }
+  }
+  int64_t forloop = getForloopRange();
+  if (forloop > 1) {
+    for (auto [k, out] : llvm::enumerate(getOutputOps())) {
+      auto o = cast<tb::OutputOp>(out);
+      unsigned m = get(o.getValue());
+      bool mapsI = o.getMap().getI() >= 0;
+      if (mapsI && (m & 2))
+        return o.emitError() << "[accumulator] tb.output #" << k
+                             << " maps the for-loop dim i (saved every iteration) "
+                                "but a path from a tb.input to it passes a "
+                                "tb.forloop_accum";
+      if (!mapsI && (m & 1))
+        return o.emitError() << "[accumulator] with forloop " << forloop
+                             << ", a path from a tb.input to tb.output #" << k
+                             << " passes no tb.forloop_accum (expected exactly one, "
+                                "or map i to save every iteration)";
+    }
+  }
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "mirage/Dialect/Kernel/IR/KernelOps.cpp.inc"
