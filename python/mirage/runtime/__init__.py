@@ -7,7 +7,7 @@ from .bundle import (Bundle, BufferSpec, BundleError, KernelArg, KernelSpec, Man
                      TensorSpec, load_bundle, write_bundle)
 
 __all__ = ["Bundle", "BufferSpec", "BundleError", "KernelArg", "KernelSpec", "Manifest",
-           "TensorSpec", "load_bundle", "write_bundle"]
+           "TensorSpec", "load_bundle", "write_bundle", "load", "Kernel", "LaunchError"]
 
 
 def __getattr__(name):

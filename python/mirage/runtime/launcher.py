@@ -1,0 +1,429 @@
+"""Launch kernel bundles with the CUDA driver API.
+
+`load(bundle_dir)` returns a `Kernel`; `kernel(*tensors, stream=None, out=None)`
+checks the tensors against the manifest, allocates the outputs (torch tensors when
+torch is importable, else driver allocations exposing `__cuda_array_interface__`),
+launches every kernel of the bundle in order on the stream, and returns the outputs.
+
+Tensors may be torch CUDA tensors, objects with `__cuda_array_interface__` (CuPy,
+Numba, ...) or DLPack producers (`__dlpack__` + `__dlpack_device__`). Every tensor
+argument is passed to the kernel as ONE bare device pointer, in `args` order.
+
+The driver is injected: `Kernel(bundle, driver=...)` takes any module-like object with
+the `cuda.bindings.driver` functions used here, so the marshalling can be tested on a
+CPU with a fake driver. Nothing here imports MLIR, z3 or the compiler.
+
+Streams and CUDA graphs: the launch goes to `stream` (a torch stream, a driver
+`CUstream`, or an int handle), by default torch's current stream on the tensors'
+device (or the legacy default stream 0 without torch). A launch never synchronizes.
+While the stream is capturing a CUDA graph, the launch allocates nothing and loads
+nothing: call the kernel once before capturing (as torch's graph capture idiom does)
+so that modules are loaded and intermediate buffers exist, and pass `out=` unless
+torch allocates the outputs (torch's allocator is capture-aware).
+
+Intermediate buffers (`buffers` in the manifest) are allocated once per device and
+reused by every call: two calls of the same `Kernel` must not run concurrently on
+different streams.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import sys
+from dataclasses import dataclass
+
+from .bundle import DTYPE_BYTES, Bundle, TensorSpec, load_bundle
+
+
+class LaunchError(RuntimeError):
+    """A tensor does not fit the bundle, or a CUDA driver call failed."""
+
+
+# ------------------------------------------------------------------------ tensor views
+
+@dataclass
+class TensorView:
+    """What the launcher needs from any tensor-like argument."""
+    ptr: int
+    shape: tuple
+    strides: tuple  # elements
+    dtype: str      # f16 | bf16 | f32 | other text for unsupported types
+    device: int | None  # CUDA ordinal; None = unknown; -1 = not on a CUDA device
+    device_name: str = ""
+    keepalive: object = None
+
+
+_TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
+_CAI_DTYPES = {"<f2": "f16", "<f4": "f32", "<V2": "bf16", "bfloat16": "bf16"}
+# DLPack type codes: 2 = float, 4 = bfloat
+_DL_DTYPES = {(2, 16): "f16", (2, 32): "f32", (4, 16): "bf16"}
+_KDLCUDA, _KDLCUDA_MANAGED = 2, 13
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _is_torch(x) -> bool:
+    t = _torch()
+    return t is not None and isinstance(x, t.Tensor)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+def _dlpack_view(x, what: str) -> TensorView:
+    dev_type, dev_id = x.__dlpack_device__()
+    try:
+        capsule = x.__dlpack__(stream=None) if dev_type in (_KDLCUDA, _KDLCUDA_MANAGED) else x.__dlpack__()
+    except TypeError:
+        capsule = x.__dlpack__()
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    addr = get(capsule, b"dltensor")  # DLManagedTensor*: its first member is the DLTensor
+    t = _DLTensor.from_address(addr)
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    strides = (tuple(t.strides[i] for i in range(t.ndim)) if t.strides
+               else _contig(shape))
+    dt = _DL_DTYPES.get((t.dtype.code, t.dtype.bits), f"dlpack(code={t.dtype.code},bits={t.dtype.bits})")
+    if t.dtype.lanes != 1:
+        dt = f"{dt}x{t.dtype.lanes}"
+    on_cuda = t.device.device_type in (_KDLCUDA, _KDLCUDA_MANAGED)
+    # the capsule keeps the producer's memory alive until it is destroyed
+    return TensorView((t.data or 0) + t.byte_offset, shape, strides, dt,
+                      t.device.device_id if on_cuda else -1,
+                      f"cuda:{t.device.device_id}" if on_cuda else f"DLPack device type {t.device.device_type}",
+                      capsule)
+
+
+def _contig(shape) -> tuple:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return tuple(reversed(out))
+
+
+def view_of(x, what: str) -> TensorView:
+    """A `TensorView` of a torch tensor, a `__cuda_array_interface__` object or a
+    DLPack producer; raises LaunchError naming `what` for anything else."""
+    if _is_torch(x):
+        dt = _TORCH_DTYPES.get(str(x.dtype), str(x.dtype))
+        dev = x.device.index if x.is_cuda else -1
+        if x.is_cuda and dev is None:
+            dev = _torch().cuda.current_device()
+        return TensorView(x.data_ptr(), tuple(x.shape), tuple(x.stride()), dt, dev, str(x.device), x)
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if cai is not None:
+        shape = tuple(int(d) for d in cai["shape"])
+        typestr = cai["typestr"]
+        dt = _CAI_DTYPES.get(typestr, typestr)
+        size = DTYPE_BYTES.get(dt) or int(typestr[2:] or 1)
+        st = cai.get("strides")
+        if st is None:
+            strides = _contig(shape)
+        else:
+            if any(s % size for s in st):
+                raise LaunchError(f"{what}: byte strides {list(st)} are not multiples of the "
+                                  f"element size {size}")
+            strides = tuple(int(s) // size for s in st)
+        return TensorView(int(cai["data"][0]), shape, strides, dt, None, "cuda", x)
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        return _dlpack_view(x, what)
+    raise LaunchError(f"{what}: expected a torch CUDA tensor, an object with "
+                      f"__cuda_array_interface__ or a DLPack producer, got {type(x).__name__}")
+
+
+def _strides_match(shape, got, want) -> bool:
+    return all(g == w for d, g, w in zip(shape, got, want) if d != 1)
+
+
+def check_tensor(v: TensorView, spec: TensorSpec, what: str, alignment: int = 16) -> None:
+    if tuple(v.shape) != tuple(spec.shape):
+        raise LaunchError(f"{what}: shape {list(v.shape)} does not match the bundle's {spec.shape}")
+    if v.dtype != spec.dtype:
+        raise LaunchError(f"{what}: dtype {v.dtype} does not match the bundle's {spec.dtype}")
+    if not _strides_match(v.shape, v.strides, spec.strides):
+        raise LaunchError(f"{what}: strides {list(v.strides)} (elements) do not match the bundle's "
+                          f"{spec.strides}; pass a tensor with that layout (e.g. .contiguous())")
+    if v.device == -1:
+        raise LaunchError(f"{what}: tensor is on {v.device_name or 'the host'}, not on a CUDA device")
+    if alignment and v.ptr % alignment:
+        raise LaunchError(f"{what}: data pointer {v.ptr:#x} is not {alignment}-byte aligned "
+                          f"(the kernels use {alignment}-byte vector accesses)")
+
+
+# ----------------------------------------------------------------------- driver access
+
+def default_driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        try:
+            from cuda import cuda as driver  # cuda-python < 12.6 layout
+        except ImportError:
+            raise LaunchError("mirage.runtime needs the CUDA driver bindings: pip install "
+                              "cuda-bindings (a GPU is required to launch kernels)") from None
+    return driver
+
+
+class DeviceArray:
+    """A driver allocation with `__cuda_array_interface__` (outputs without torch)."""
+
+    _TYPESTR = {"f16": "<f2", "f32": "<f4", "bf16": "<V2"}
+
+    def __init__(self, launcher: "Kernel", ptr, shape, dtype: str, device: int):
+        self._launcher, self._handle = launcher, ptr
+        self.ptr, self.shape, self.dtype, self.device = int(ptr), tuple(shape), dtype, device
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self._TYPESTR[self.dtype],
+                "data": (self.ptr, False), "strides": None, "version": 3}
+
+    def __del__(self):
+        try:
+            self._launcher._free(self._handle)
+        except Exception:
+            pass
+
+
+class Kernel:
+    """A loaded bundle; call it on tensors to run it."""
+
+    def __init__(self, bundle: Bundle | str | os.PathLike, driver=None, alignment: int = 16):
+        self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
+        self.manifest = self.bundle.manifest
+        self.alignment = alignment
+        self._driver = driver
+        self._ctx: dict[int, object] = {}          # device -> primary context
+        self._funcs: dict[int, list] = {}           # device -> CUfunction per kernel
+        self._modules: dict[tuple, object] = {}     # (device, ptx digest) -> CUmodule
+        self._buffers: dict[int, list] = {}         # device -> [(ptr, keepalive)]
+        self._ptx_images = {name: ctypes.create_string_buffer(text.encode())
+                            for name, text in self.bundle.ptx.items()}
+
+    # -- driver helpers --
+    @property
+    def driver(self):
+        if self._driver is None:
+            self._driver = default_driver()
+        return self._driver
+
+    def _check(self, result, call: str):
+        if isinstance(result, tuple):
+            err, rest = result[0], result[1:]
+        else:
+            err, rest = result, ()
+        d = self.driver
+        if err != d.CUresult.CUDA_SUCCESS:
+            try:
+                name = d.cuGetErrorName(err)[1]
+                name = name.decode() if isinstance(name, bytes) else str(name)
+            except Exception:
+                name = str(err)
+            raise LaunchError(f"{call} failed: {name} (bundle {self.bundle.path}, graph "
+                              f"{self.manifest.graph_hash or '?'})")
+        return rest[0] if len(rest) == 1 else (rest or None)
+
+    def _context(self, device: int):
+        ctx = self._ctx.get(device)
+        if ctx is None:
+            d = self.driver
+            self._check(d.cuInit(0), "cuInit")
+            dev = self._check(d.cuDeviceGet(device), f"cuDeviceGet({device})")
+            ctx = self._check(d.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+            self._ctx[device] = ctx
+        return ctx
+
+    def _functions(self, device: int, capturing: bool) -> list:
+        funcs = self._funcs.get(device)
+        if funcs is not None:
+            return funcs
+        if capturing:
+            raise LaunchError("the kernel was first called while its stream is capturing a CUDA "
+                              "graph; call it once before capture so its modules are loaded and its "
+                              "buffers allocated")
+        d = self.driver
+        funcs = []
+        for i, k in enumerate(self.manifest.kernels):
+            key = (device, hashlib.sha256(self.bundle.ptx[k.ptx].encode()).hexdigest())
+            mod = self._modules.get(key)
+            if mod is None:
+                mod = self._check(d.cuModuleLoadData(ctypes.addressof(self._ptx_images[k.ptx])),
+                                  f"cuModuleLoadData({k.ptx})")
+                self._modules[key] = mod
+            f = self._check(d.cuModuleGetFunction(mod, k.name.encode()),
+                            f"cuModuleGetFunction({k.name})")
+            if k.smem_bytes > 48 * 1024:
+                self._check(d.cuFuncSetAttribute(
+                    f, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    k.smem_bytes), f"cuFuncSetAttribute(kernels[{i}] {k.name}, max dynamic smem "
+                                   f"{k.smem_bytes})")
+            funcs.append(f)
+        self._funcs[device] = funcs
+        return funcs
+
+    def _alloc(self, nbytes: int, device: int, shape, dtype: str, use_torch: bool):
+        t = _torch()
+        if use_torch and t is not None:
+            tdt = {"f16": t.float16, "bf16": t.bfloat16, "f32": t.float32}[dtype]
+            x = t.empty(tuple(shape), dtype=tdt, device=f"cuda:{device}")
+            return x.data_ptr(), x
+        ptr = self._check(self.driver.cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")
+        return int(ptr), DeviceArray(self, ptr, shape, dtype, device)
+
+    def _free(self, ptr):
+        self.driver.cuMemFree(ptr)
+
+    def _stream_handle(self, stream, device: int):
+        t = _torch()
+        if stream is None:
+            if t is not None and t.cuda.is_available():
+                return t.cuda.current_stream(device).cuda_stream
+            return 0
+        if hasattr(stream, "cuda_stream"):
+            return int(stream.cuda_stream)
+        return int(stream)
+
+    def _capturing(self, handle) -> bool:
+        d = self.driver
+        if not hasattr(d, "cuStreamIsCapturing"):
+            return False
+        status = self._check(d.cuStreamIsCapturing(self._cu_stream(handle)), "cuStreamIsCapturing")
+        none = d.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+        return status != none
+
+    def _cu_stream(self, handle):
+        d = self.driver
+        return d.CUstream(handle) if hasattr(d, "CUstream") else handle
+
+    # -- the call --
+    def __call__(self, *tensors, stream=None, out=None) -> list:
+        m = self.manifest
+        if len(tensors) != len(m.inputs):
+            raise LaunchError(f"the bundle takes {len(m.inputs)} inputs, {len(tensors)} given")
+        views = [view_of(x, f"input {i}") for i, x in enumerate(tensors)]
+        for i, (v, spec) in enumerate(zip(views, m.inputs)):
+            check_tensor(v, spec, f"input {i}", self.alignment)
+            self._resolve_device(v, f"input {i}")
+        device = self._device(views)
+        use_torch = any(_is_torch(x) for x in tensors) or (not tensors and _torch() is not None)
+        handle = self._stream_handle(stream, device)
+        d = self.driver
+        self._check(d.cuCtxPushCurrent(self._context(device)), "cuCtxPushCurrent")
+        try:
+            return self._call(views, tensors, out, device, use_torch, handle)
+        finally:
+            d.cuCtxPopCurrent()
+
+    def _call(self, views, tensors, out, device, use_torch, handle) -> list:
+        m = self.manifest
+        capturing = self._capturing(handle)
+        funcs = self._functions(device, capturing)
+
+        # outputs
+        if out is not None:
+            out = list(out)
+            if len(out) != len(m.outputs):
+                raise LaunchError(f"out: the bundle has {len(m.outputs)} outputs, {len(out)} given")
+            out_views = [view_of(x, f"output {i}") for i, x in enumerate(out)]
+            for i, (v, spec) in enumerate(zip(out_views, m.outputs)):
+                check_tensor(v, spec, f"output {i}", self.alignment)
+                self._resolve_device(v, f"output {i}")
+            if self._device(views + out_views) != device:
+                raise LaunchError(f"outputs are not on the inputs' device cuda:{device}")
+            results, out_ptrs = out, [v.ptr for v in out_views]
+        else:
+            if capturing and not (use_torch and _torch() is not None):
+                raise LaunchError("while capturing a CUDA graph without torch, pass preallocated "
+                                  "outputs with out=[...]")
+            results, out_ptrs = [], []
+            for spec in m.outputs:
+                if spec.strides != list(_contig(spec.shape)):
+                    raise LaunchError(f"the bundle's outputs have non-contiguous strides "
+                                      f"{spec.strides}; pass them with out=[...]")
+                ptr, obj = self._alloc(spec.nbytes, device, spec.shape, spec.dtype, use_torch)
+                results.append(obj)
+                out_ptrs.append(ptr)
+
+        # intermediate buffers (allocated once per device)
+        bufs = self._buffers.get(device)
+        if bufs is None:
+            if capturing:
+                raise LaunchError("intermediate buffers are not allocated yet: call the kernel once "
+                                  "before capturing a CUDA graph")
+            bufs = [self._alloc(b.nbytes, device, b.shape, b.dtype, use_torch) for b in m.buffers]
+            self._buffers[device] = bufs
+
+        ptrs = {"input": [v.ptr for v in views], "output": out_ptrs,
+                "buffer": [p for p, _ in bufs]}
+        self._launch_all(funcs, ptrs, handle)
+        return results
+
+    def _resolve_device(self, v: TensorView, what: str) -> None:
+        """Ask the driver which device a raw pointer (CUDA array interface) lives on."""
+        if v.device is not None:
+            return
+        d = self.driver
+        if not hasattr(d, "cuPointerGetAttribute"):
+            return
+        res = d.cuPointerGetAttribute(
+            d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, v.ptr)
+        if res[0] != d.CUresult.CUDA_SUCCESS:
+            raise LaunchError(f"{what}: pointer {v.ptr:#x} is not CUDA device memory")
+        v.device = int(res[1])
+
+    def _device(self, views) -> int:
+        devs = {v.device for v in views if v.device is not None}
+        if len(devs) > 1:
+            raise LaunchError(f"tensors are on different CUDA devices {sorted(devs)}; "
+                              f"move them to one device")
+        if devs:
+            return devs.pop()
+        t = _torch()
+        if t is not None and t.cuda.is_available():
+            return t.cuda.current_device()
+        return 0
+
+    def _launch_all(self, funcs, ptrs, handle):
+        d = self.driver
+        s = self._cu_stream(handle)
+        for k, f in zip(self.manifest.kernels, funcs):
+            # kernelParams: an array of pointers to the argument values (void**); the
+            # driver copies the values during the call, so they may be freed after it.
+            vals = [ctypes.c_void_p(ptrs[a.kind][a.index]) for a in k.args]
+            params = (ctypes.c_void_p * max(len(vals), 1))(*[ctypes.addressof(v) for v in vals])
+            self._check(d.cuLaunchKernel(f, *k.grid, *k.block, k.smem_bytes, s,
+                                         ctypes.addressof(params), 0),
+                        f"cuLaunchKernel({k.name}, grid {k.grid}, block {k.block}, "
+                        f"smem {k.smem_bytes})")
+
+    def __repr__(self):
+        m = self.manifest
+        return (f"<mirage.runtime.Kernel {os.path.basename(self.bundle.path)}: "
+                f"{len(m.kernels)} kernel(s), {len(m.inputs)} inputs, {len(m.outputs)} outputs, {m.target}>")
+
+
+def load(bundle_dir: str | os.PathLike, driver=None, alignment: int = 16) -> Kernel:
+    """Load and validate a bundle directory; the modules are loaded on the first call."""
+    return Kernel(bundle_dir, driver=driver, alignment=alignment)
+
+
+def clear_cache(kernel: Kernel) -> None:
+    """Forget loaded modules and buffers of `kernel` (they are reloaded on the next call)."""
+    kernel._funcs.clear()
+    kernel._modules.clear()
+    kernel._buffers.clear()
