@@ -1,0 +1,1 @@
+"""The μGraph model, op semantics, reference interpreter and MLIR conversion."""
