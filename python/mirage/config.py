@@ -1,0 +1,108 @@
+"""mirage-config: where the compiled parts of mirage are (like llvm-config).
+
+    mirage-config --dialect-plugin   # libMiragePlugin.so, for mlir-opt --load-dialect-plugin
+    mirage-config --capi-lib         # libMirageCAPI.so, loaded by mirage.dialects
+    mirage-config --lib-dir          # the folder holding both
+    mirage-config --include-dir      # dialect headers (.h, .td, generated .inc)
+    mirage-config --version
+
+This module imports neither MLIR nor the compiled libraries.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+PLUGIN_NAME = "libMiragePlugin.so"
+CAPI_NAME = "libMirageCAPI.so"
+
+
+def _package_dirs() -> list[Path]:
+    """Folders of the `mirage` package: the source folder and, for an editable
+    install, the site-packages folder that holds the compiled parts."""
+    import mirage
+
+    dirs = [Path(p) for p in getattr(mirage, "__path__", [])]
+    return dirs or [Path(__file__).resolve().parent]
+
+
+def lib_dir() -> Path:
+    """The folder holding libMirageCAPI.so and libMiragePlugin.so.
+
+    `MIRAGE_LIB_DIR` overrides (e.g. a CMake build folder during development)."""
+    env = os.environ.get("MIRAGE_LIB_DIR")
+    if env:
+        return Path(env)
+    for d in _package_dirs():
+        cand = d / "_lib"
+        if (cand / CAPI_NAME).exists() or (cand / PLUGIN_NAME).exists():
+            return cand
+    raise FileNotFoundError(
+        "mirage: compiled libraries not found (mirage/_lib); install the package "
+        "with `pip install .` (or `pip install --no-build-isolation -e .`), or set "
+        "MIRAGE_LIB_DIR to a CMake build folder")
+
+
+def dialect_plugin() -> Path:
+    """Path of the mlir-opt dialect plugin (libMiragePlugin.so)."""
+    return lib_dir() / PLUGIN_NAME
+
+
+def capi_lib() -> Path:
+    """Path of the C API library used by the Python bindings (libMirageCAPI.so)."""
+    return lib_dir() / CAPI_NAME
+
+
+def include_dir() -> Path:
+    """Folder with mirage/Dialect/... headers, .td files and generated .inc files."""
+    for d in _package_dirs():
+        cand = d / "include"
+        if (cand / "mirage").is_dir():
+            return cand
+    raise FileNotFoundError("mirage: installed headers not found (mirage/include)")
+
+
+def version() -> str:
+    try:
+        from importlib.metadata import version as _v
+
+        return _v("mirage")
+    except Exception:  # not installed as a distribution (source tree)
+        import mirage
+
+        return getattr(mirage, "__version__", "unknown")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="mirage-config",
+        description="Print where mirage's compiled parts are (like llvm-config).")
+    ap.add_argument("--dialect-plugin", action="store_true",
+                    help="path of libMiragePlugin.so (mlir-opt --load-dialect-plugin)")
+    ap.add_argument("--capi-lib", action="store_true",
+                    help="path of libMirageCAPI.so (used by mirage.dialects)")
+    ap.add_argument("--lib-dir", action="store_true", help="folder of the libraries")
+    ap.add_argument("--include-dir", action="store_true",
+                    help="folder of the dialect headers and .td files")
+    ap.add_argument("--version", action="store_true", help="mirage version")
+    args = ap.parse_args(argv)
+    getters = [("dialect_plugin", dialect_plugin), ("capi_lib", capi_lib),
+               ("lib_dir", lib_dir), ("include_dir", include_dir),
+               ("version", version)]
+    chosen = [(n, g) for n, g in getters if getattr(args, n)]
+    if not chosen:
+        ap.print_help()
+        return 1
+    try:
+        for _, g in chosen:
+            print(g())
+    except FileNotFoundError as e:
+        print(f"mirage-config: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
