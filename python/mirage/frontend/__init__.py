@@ -1,0 +1,1 @@
+"""Front ends: programs from elsewhere (PyTorch via torch-mlir, TOSA) into `kn` μGraphs."""
