@@ -1,0 +1,135 @@
+// RUN: mirage-opt %s --split-input-file | mirage-opt --split-input-file | FileCheck %s
+
+// Maps over all grid dims and the for-loop dim; the order of entries is x, y, z, i.
+// CHECK-LABEL: func.func @maps
+func.func @maps(%a: tensor<8x64x256xf16>) -> tensor<8x64x256xf16> {
+  %o = kn.graph_def (%a) grid [2, 4, 8] block [128, 1, 1] forloop 4 dimx 1
+      : (tensor<8x64x256xf16>) -> tensor<8x64x256xf16> {
+  ^bb0(%a0: tensor<8x64x256xf16>):
+    // CHECK: tb.input %{{.*}} map <x -> 0, y -> 1, z -> 2, i -> 2> : tensor<8x64x256xf16> -> tensor<4x16x8xf16>
+    %t = tb.input %a0 map <x -> 0, y -> 1, z -> 2, i -> 2> : tensor<8x64x256xf16> -> tensor<4x16x8xf16>
+    // CHECK: tb.output %{{.*}} map <x -> 0, y -> 1, z -> 2, i -> 2> : tensor<4x16x8xf16>
+    tb.output %t map <x -> 0, y -> 1, z -> 2, i -> 2> : tensor<4x16x8xf16>
+  }
+  return %o : tensor<8x64x256xf16>
+}
+
+// -----
+
+// Every accumulator kind; compute ops on tiles.
+// CHECK-LABEL: func.func @accumulators
+func.func @accumulators(%a: tensor<16x1024xf32>, %b: tensor<16x1024xf32>)
+    -> (tensor<16x1xf32>, tensor<16x1xf32>, tensor<16x1xf32>, tensor<16x64xf32>, tensor<16x64xf32>, tensor<16x64xf32>) {
+  %r:6 = kn.graph_def (%a, %b) grid [1, 1, 1] block [128, 1, 1] forloop 4 dimx 64
+      : (tensor<16x1024xf32>, tensor<16x1024xf32>)
+      -> (tensor<16x1xf32>, tensor<16x1xf32>, tensor<16x1xf32>, tensor<16x64xf32>, tensor<16x64xf32>, tensor<16x64xf32>) {
+  ^bb0(%a0: tensor<16x1024xf32>, %a1: tensor<16x1024xf32>):
+    %x = tb.input %a0 map <i -> 1> : tensor<16x1024xf32> -> tensor<16x256xf32>
+    %y = tb.input %a1 map <i -> 1> : tensor<16x1024xf32> -> tensor<16x256xf32>
+    // CHECK: tb.sub %{{.*}}, %{{.*}} : (tensor<16x256xf32>, tensor<16x256xf32>) -> tensor<16x256xf32>
+    %d = tb.sub %x, %y : (tensor<16x256xf32>, tensor<16x256xf32>) -> tensor<16x256xf32>
+    // CHECK: tb.forloop_accum sum %{{.*}} : tensor<16x256xf32> -> tensor<16x1xf32>
+    %s = tb.forloop_accum sum %d : tensor<16x256xf32> -> tensor<16x1xf32>
+    // CHECK: tb.forloop_accum mean %{{.*}} : tensor<16x256xf32> -> tensor<16x1xf32>
+    %m = tb.forloop_accum mean %x : tensor<16x256xf32> -> tensor<16x1xf32>
+    // CHECK: tb.forloop_accum rms %{{.*}} : tensor<16x256xf32> -> tensor<16x1xf32>
+    %q = tb.forloop_accum rms %y : tensor<16x256xf32> -> tensor<16x1xf32>
+    // CHECK: tb.reduction_to_dimx %{{.*}} : tensor<16x256xf32> -> tensor<16x64xf32>
+    %rd = tb.reduction_to_dimx %x : tensor<16x256xf32> -> tensor<16x64xf32>
+    // CHECK: tb.forloop_accum max %{{.*}} : tensor<16x64xf32> -> tensor<16x64xf32>
+    %mx = tb.forloop_accum max %rd : tensor<16x64xf32> -> tensor<16x64xf32>
+    // CHECK: tb.forloop_accum sum_todimx %{{.*}} : tensor<16x256xf32> -> tensor<16x64xf32>
+    %sd = tb.forloop_accum sum_todimx %y : tensor<16x256xf32> -> tensor<16x64xf32>
+    // CHECK: tb.exp %{{.*}} : tensor<16x256xf32> -> tensor<16x256xf32>
+    %e = tb.exp %x : tensor<16x256xf32> -> tensor<16x256xf32>
+    // CHECK: tb.sqrt
+    %e1 = tb.sqrt %e : tensor<16x256xf32> -> tensor<16x256xf32>
+    // CHECK: tb.rsqrt
+    %e2 = tb.rsqrt %e1 : tensor<16x256xf32> -> tensor<16x256xf32>
+    // CHECK: tb.square
+    %e3 = tb.square %e2 : tensor<16x256xf32> -> tensor<16x256xf32>
+    // CHECK: tb.silu
+    %e4 = tb.silu %e3 : tensor<16x256xf32> -> tensor<16x256xf32>
+    // CHECK: tb.gelu
+    %e5 = tb.gelu %e4 : tensor<16x256xf32> -> tensor<16x256xf32>
+    // CHECK: tb.relu
+    %e6 = tb.relu %e5 : tensor<16x256xf32> -> tensor<16x256xf32>
+    // CHECK: tb.sigmoid %{{.*}} : tensor<16x256xf32> -> tensor<16x256xf32>
+    %e7 = tb.sigmoid %e6 : tensor<16x256xf32> -> tensor<16x256xf32>
+    // CHECK: tb.rms_norm %{{.*}} : tensor<16x256xf32> -> tensor<16x256xf32>
+    %n = tb.rms_norm %e7 : tensor<16x256xf32> -> tensor<16x256xf32>
+    // CHECK: tb.reduction %{{.*}} {dim = 1 : i64} : tensor<16x256xf32> -> tensor<16x1xf32>
+    %rs = tb.reduction %n {dim = 1 : i64} : tensor<16x256xf32> -> tensor<16x1xf32>
+    // CHECK: tb.reduce_max %{{.*}} {dim = 0 : i64} : tensor<16x256xf32> -> tensor<1x256xf32>
+    %rm = tb.reduce_max %n {dim = 0 : i64} : tensor<16x256xf32> -> tensor<1x256xf32>
+    // CHECK: tb.forloop_accum none %{{.*}} : tensor<16x1xf32> -> tensor<16x1xf32>
+    %an = tb.forloop_accum none %rs : tensor<16x1xf32> -> tensor<16x1xf32>
+    // CHECK: tb.constant 0.5 : tensor<16x1xf32>
+    %c = tb.constant 0.5 : tensor<16x1xf32>
+    // CHECK: tb.mul %{{.*}}, %{{.*}} : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x1xf32>
+    %h = tb.mul %an, %c : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x1xf32>
+    // CHECK: tb.add
+    %h2 = tb.add %h, %s : (tensor<16x1xf32>, tensor<16x1xf32>) -> tensor<16x1xf32>
+    // CHECK: tb.div
+    %h3 = tb.div %sd, %q : (tensor<16x64xf32>, tensor<16x1xf32>) -> tensor<16x64xf32>
+    tb.output %h2 map <> : tensor<16x1xf32>
+    tb.output %m map <> : tensor<16x1xf32>
+    tb.output %q map <> : tensor<16x1xf32>
+    tb.output %mx map <> : tensor<16x64xf32>
+    tb.output %sd map <> : tensor<16x64xf32>
+    tb.output %h3 map <> : tensor<16x64xf32>
+  }
+  return %r#0, %r#1, %r#2, %r#3, %r#4, %r#5 : tensor<16x1xf32>, tensor<16x1xf32>, tensor<16x1xf32>, tensor<16x64xf32>, tensor<16x64xf32>, tensor<16x64xf32>
+}
+
+// -----
+
+// A matmul with a for-loop over K, tb.concat, and an output saved every
+// iteration (maps i: no accumulator).
+// CHECK-LABEL: func.func @matmul_concat
+func.func @matmul_concat(%a: tensor<2x64x128xf16>, %b: tensor<2x128x32xf16>)
+    -> (tensor<2x64x64xf16>, tensor<2x64x128xf16>) {
+  %r:2 = kn.graph_def (%a, %b) grid [2, 1, 1] block [128, 1, 1] forloop 2 dimx 1
+      : (tensor<2x64x128xf16>, tensor<2x128x32xf16>) -> (tensor<2x64x64xf16>, tensor<2x64x128xf16>) {
+  ^bb0(%a0: tensor<2x64x128xf16>, %a1: tensor<2x128x32xf16>):
+    %ta = tb.input %a0 map <x -> 0, i -> 2> : tensor<2x64x128xf16> -> tensor<1x64x64xf16>
+    %tb = tb.input %a1 map <x -> 0, i -> 1> : tensor<2x128x32xf16> -> tensor<1x64x32xf16>
+    // CHECK: tb.matmul %{{.*}}, %{{.*}} : (tensor<1x64x64xf16>, tensor<1x64x32xf16>) -> tensor<1x64x32xf16>
+    %m = tb.matmul %ta, %tb : (tensor<1x64x64xf16>, tensor<1x64x32xf16>) -> tensor<1x64x32xf16>
+    %acc = tb.forloop_accum none %m : tensor<1x64x32xf16> -> tensor<1x64x32xf16>
+    // CHECK: tb.concat %{{.*}}, %{{.*}} {dim = 2 : i64} : (tensor<1x64x32xf16>, tensor<1x64x32xf16>) -> tensor<1x64x64xf16>
+    %c = tb.concat %acc, %acc {dim = 2 : i64} : (tensor<1x64x32xf16>, tensor<1x64x32xf16>) -> tensor<1x64x64xf16>
+    tb.output %c map <x -> 0> : tensor<1x64x64xf16>
+    // CHECK: tb.output %{{.*}} map <x -> 0, i -> 2> : tensor<1x64x64xf16>
+    tb.output %ta map <x -> 0, i -> 2> : tensor<1x64x64xf16>
+  }
+  return %r#0, %r#1 : tensor<2x64x64xf16>, tensor<2x64x128xf16>
+}
+
+// -----
+
+// The thread-graph example of docs/ir.md.
+// CHECK-LABEL: func.func @thread_graph
+func.func @thread_graph(%x: tensor<16x64xf16>, %y: tensor<16x1xf16>) -> tensor<16x64xf16> {
+  %o = kn.graph_def (%x, %y) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<16x64xf16>, tensor<16x1xf16>) -> tensor<16x64xf16> {
+  ^bb0(%x0: tensor<16x64xf16>, %y0: tensor<16x1xf16>):
+    %a = tb.input %x0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    %b = tb.input %y0 map <> : tensor<16x1xf16> -> tensor<16x1xf16>
+    // CHECK: %[[R:.*]] = tb.thread_graph (%[[A:.*]], %[[B:.*]]) : (tensor<16x64xf16>, tensor<16x1xf16>) -> tensor<16x64xf16> {
+    // CHECK-NEXT: ^bb0(%[[P:.*]]: f16, %[[Q:.*]]: f16):
+    // CHECK-NEXT: %[[D:.*]] = th.div %[[P]], %[[Q]] : f16
+    // CHECK-NEXT: %[[S:.*]] = th.silu %[[D]] : f16
+    // CHECK-NEXT: th.yield %[[S]] : f16
+    // CHECK-NEXT: }
+    %r = tb.thread_graph (%a, %b) : (tensor<16x64xf16>, tensor<16x1xf16>) -> tensor<16x64xf16> {
+    ^bb0(%p: f16, %q: f16):
+      %d = th.div %p, %q : f16
+      %s = th.silu %d : f16
+      th.yield %s : f16
+    }
+    // CHECK: tb.output %[[R]] map <> : tensor<16x64xf16>
+    tb.output %r map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
