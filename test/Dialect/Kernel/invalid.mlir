@@ -1,0 +1,57 @@
+// RUN: mirage-opt %s --split-input-file --verify-diagnostics
+// One case per validity rule checked on kn ops (docs/ir.md).
+
+func.func @shape(%a: tensor<16x64xf16>, %b: tensor<32x8xf16>) {
+  // expected-error @+1 {{[shape] contracted dims differ: lhs dim 1 is 64, rhs dim 0 is 32}}
+  %0 = kn.matmul %a, %b : (tensor<16x64xf16>, tensor<32x8xf16>) -> tensor<16x8xf16>
+  return
+}
+
+// -----
+
+func.func @dtype(%a: tensor<16x64xf16>, %b: tensor<16x64xf32>) {
+  // expected-error @+1 {{[dtype] operand #1 has element type 'f32' but operand #0 has 'f16'}}
+  %0 = kn.add %a, %b : (tensor<16x64xf16>, tensor<16x64xf32>) -> tensor<16x64xf16>
+  return
+}
+
+// -----
+
+func.func @launch(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  // expected-error @+1 {{[launch] grid [0, 1, 1] must have 3 positive entries}}
+  %o = kn.graph_def (%a) grid [0, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+func.func @accumulator(%a: tensor<16x4096xf16>) -> tensor<16x64xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 64 dimx 1
+      : (tensor<16x4096xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x4096xf16>):
+    %t = tb.input %a0 map <i -> 1> : tensor<16x4096xf16> -> tensor<16x64xf16>
+    %e = tb.exp %t : tensor<16x64xf16> -> tensor<16x64xf16>
+    // expected-error @+1 {{[accumulator] with forloop 64, a path from a tb.input to tb.output #0 passes no tb.forloop_accum}}
+    tb.output %e map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+// 128x1024xf16 = 256 KiB > 227 KiB.
+func.func @smem(%a: tensor<128x1024xf16>) -> tensor<128x1024xf16> {
+  // expected-error @+1 {{[smem] the block graph's tiles need 262144 bytes of shared memory, more than the capacity of 232448 bytes}}
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<128x1024xf16>) -> tensor<128x1024xf16> {
+  ^bb0(%a0: tensor<128x1024xf16>):
+    %t = tb.input %a0 map <> : tensor<128x1024xf16> -> tensor<128x1024xf16>
+    tb.output %t map <> : tensor<128x1024xf16>
+  }
+  return %o : tensor<128x1024xf16>
+}
