@@ -70,7 +70,8 @@ def Block_OutputOp : Block_Op<"output", [InGraphDef]> {
 class Block_BinaryOp<string mnemonic, string what>
     : Block_Op<mnemonic, [InGraphDef, Pure]> {
   let summary = "element-wise " # what # " of two tiles (broadcasting)";
-  let description = "Element-wise " # what # [{ of two shared-memory tiles,
+  let description = [{
+    Element-wise }] # what # [{ of two shared-memory tiles,
     broadcasting like numpy (as `kn.}] # mnemonic # [{`).
 
     Example:
@@ -99,7 +100,8 @@ def Block_DivOp : Block_BinaryOp<"div", "division">;
 class Block_UnaryOp<string mnemonic, string what>
     : Block_Op<mnemonic, [InGraphDef, Pure]> {
   let summary = "element-wise " # what # " of a tile";
-  let description = "Element-wise " # what # [{ of a shared-memory tile; the
+  let description = [{
+    Element-wise }] # what # [{ of a shared-memory tile; the
     result has the operand's type.
 
     Example:
@@ -177,7 +179,8 @@ def Block_ConstantOp : Block_Op<"constant", [InGraphDef, Pure]> {
 class Block_ReduceOp<string mnemonic, string what>
     : Block_Op<mnemonic, [InGraphDef, Pure]> {
   let summary = what # " of a tile along one dim, keeping the rank";
-  let description = what # [{ along `dim` (as `kn.}] # mnemonic # [{`); the
+  let description = [{
+    }] # what # [{ along `dim` (as `kn.}] # mnemonic # [{`); the
     reduced dim becomes 1.
 
     Example:

@@ -15,7 +15,8 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 class Kernel_BinaryOp<string mnemonic, string what>
     : Kernel_Op<mnemonic, [Pure]> {
   let summary = "element-wise " # what # " of two device tensors (broadcasting)";
-  let description = "Element-wise " # what # [{ of two device tensors. Shapes
+  let description = [{
+    Element-wise }] # what # [{ of two device tensors. Shapes
     broadcast like numpy: right-aligned, a missing or size-1 dim broadcasts; the
     result has the broadcast shape. Operands and result share one element type.
 
@@ -49,7 +50,8 @@ def Kernel_DivOp : Kernel_BinaryOp<"div", "division">;
 class Kernel_UnaryOp<string mnemonic, string what>
     : Kernel_Op<mnemonic, [Pure]> {
   let summary = "element-wise " # what # " of a device tensor";
-  let description = "Element-wise " # what # [{ of a device tensor; the result has
+  let description = [{
+    Element-wise }] # what # [{ of a device tensor; the result has
     the operand's type.
 
     Example:
@@ -132,7 +134,8 @@ def Kernel_ConstantOp : Kernel_Op<"constant", [Pure]> {
 
 class Kernel_ReduceOp<string mnemonic, string what> : Kernel_Op<mnemonic, [Pure]> {
   let summary = what # " along one dim, keeping the rank";
-  let description = what # [{ along `dim`; the rank is kept: the reduced dim
+  let description = [{
+    }] # what # [{ along `dim`; the rank is kept: the reduced dim
     becomes 1.
 
     Example:

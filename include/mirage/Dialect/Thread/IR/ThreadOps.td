@@ -15,7 +15,8 @@ defvar InThreadGraph = MirageNestedIn<"::mirage::tb::ThreadGraphOp">;
 class Thread_BinaryOp<string mnemonic, string what>
     : Thread_Op<mnemonic, [InThreadGraph, Pure, SameOperandsAndResultType]> {
   let summary = "scalar " # what;
-  let description = "Scalar " # what # [{; operands and result share one type
+  let description = [{
+    Scalar }] # what # [{; operands and result share one type
     (`f16`, `bf16` or `f32`).
 
     Example:
@@ -43,7 +44,8 @@ def Thread_DivOp : Thread_BinaryOp<"div", "division">;
 class Thread_UnaryOp<string mnemonic, string what>
     : Thread_Op<mnemonic, [InThreadGraph, Pure, SameOperandsAndResultType]> {
   let summary = "scalar " # what;
-  let description = "Scalar " # what # [{; the result has the operand's type.
+  let description = [{
+    Scalar }] # what # [{; the result has the operand's type.
 
     Example:
 
