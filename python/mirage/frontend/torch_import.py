@@ -70,6 +70,8 @@ def unsupported_reason(node) -> str | None:
     if not vals:
         return "no tensor metadata"
     for v in vals:
+        if v.dim() == 0:
+            return "rank-0 tensor (kn tensors have rank >= 1)"
         if str(v.dtype) not in FLOAT_DTYPES:
             return f"element type {v.dtype} (kn has float16, bfloat16, float32)"
     if target == "aten.pow.Tensor_Scalar" and node.args[1] not in _POW_OK:

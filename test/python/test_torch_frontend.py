@@ -1,0 +1,235 @@
+"""PyTorch front end: modules import to kn graphs that compute what the module computes.
+
+Method: every module is built in float32 (the import needs a kn element type), then
+imported; the kn graph is evaluated by the reference interpreter in float64 on fresh
+random inputs and compared with the module converted to float64 (`module.double()`) on
+the same (float32-representable) inputs. The only differences left are the constants
+TOSA stores in float32 (eps, 1/n, 1/sqrt(2)), which move results by ~1e-7 relative:
+hence rtol = atol = 1e-5 after scaling by the output's magnitude.
+"""
+import copy
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_mlir")
+pytest.importorskip("mlir")
+
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import mirage.torch as mt  # noqa: E402
+
+TOL = 1e-5
+
+
+class RMSNormLinear(nn.Module):
+    def __init__(self, d=64, n=96):
+        super().__init__()
+        self.g = nn.Parameter(torch.rand(d) + 0.5)
+        self.w = nn.Linear(d, n, bias=False)
+
+    def forward(self, x):
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.g
+        return self.w(x)
+
+
+class GatedMLP(nn.Module):
+    def __init__(self, d=64, h=128):
+        super().__init__()
+        self.w1 = nn.Linear(d, h, bias=False)
+        self.w2 = nn.Linear(d, h, bias=False)
+
+    def forward(self, x):
+        return F.silu(self.w1(x)) * self.w2(x)
+
+
+class LoRA(nn.Module):
+    def __init__(self, d=64, n=128, r=8):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(d, n) / 8)
+        self.a = nn.Parameter(torch.randn(d, r) / 8)
+        self.b = nn.Parameter(torch.randn(r, n) / 4)
+
+    def forward(self, x):
+        return x @ self.w + (x @ self.a) @ self.b
+
+
+class Attention(nn.Module):
+    """GQA benchmark: exp-normalized attention with K stored transposed."""
+
+    def forward(self, q, k, v):
+        e = torch.exp(q @ k)
+        return (e @ v) / e.sum(-1, keepdim=True)
+
+
+class QKNormAttention(nn.Module):
+    def forward(self, q, k, v):
+        q = q / q.pow(2).mean(-1, keepdim=True).sqrt() / 8.0
+        k = k / k.pow(2).mean(1, keepdim=True).sqrt()
+        return torch.softmax(q @ k, dim=-1) @ v
+
+
+class NTrans(nn.Module):
+    def forward(self, h, x, a):
+        def norm(t):
+            return t / t.pow(2).mean(-1, keepdim=True).sqrt()
+
+        return norm(x + a * (norm(h) - x))
+
+
+class Block(nn.Module):
+    """A small pre-norm transformer block (separate q/k/v projections, softmax attention,
+    GELU MLP): an 'LLM block' beyond the six benchmarks."""
+
+    def __init__(self, d=32, heads=2):
+        super().__init__()
+        self.h = heads
+        self.g = nn.Parameter(torch.rand(d) + 0.5)
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.up, self.down = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        B, S, D = x.shape
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.g
+
+        def heads(t):
+            return t.view(B, S, self.h, D // self.h).transpose(1, 2)
+
+        q, k, v = heads(self.q(y)), heads(self.k(y)), heads(self.v(y))
+        a = torch.softmax(q @ k.transpose(-1, -2) / (D // self.h) ** 0.5, dim=-1) @ v
+        x = x + self.o(a.transpose(1, 2).reshape(B, S, D))
+        return x + self.down(F.gelu(self.up(x)))
+
+
+def _rand(*shape, scale=1.0):
+    return torch.randn(*shape) * scale
+
+
+CASES = {
+    "rmsnorm_linear": (RMSNormLinear, lambda: [_rand(4, 64)]),
+    "gated_mlp": (GatedMLP, lambda: [_rand(8, 64)]),
+    "lora": (LoRA, lambda: [_rand(16, 64)]),
+    "gqa": (Attention, lambda: [_rand(2, 16, 32, scale=0.3), _rand(2, 32, 64, scale=0.3), _rand(2, 64, 32)]),
+    "qknorm_attention": (QKNormAttention, lambda: [_rand(2, 16, 32), _rand(2, 32, 64), _rand(2, 64, 32)]),
+    "ntrans": (NTrans, lambda: [_rand(8, 64), _rand(8, 64), _rand(8, 64, scale=0.1)]),
+    "transformer_block": (Block, lambda: [_rand(2, 4, 32)]),
+}
+
+
+def _close(got, want):
+    want = want.detach().numpy()
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL * scale)
+
+
+@pytest.fixture(scope="module")
+def imported():
+    torch.manual_seed(0)
+    out = {}
+    for name, (cls, inputs) in CASES.items():
+        m = cls().float()
+        out[name] = (m, inputs, mt.import_module(m, inputs()))
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_import_is_one_kn_graph_equal_to_module(imported, name):
+    m, inputs, res = imported[name]
+    assert res.fully_converted, res.report()
+    g = res.graph
+    assert "kn." in str(g) and "tosa" not in str(g)
+    # weights are kernel inputs bound to the module's parameters, not constants
+    params = {n for n, _ in m.named_parameters()}
+    assert {b.name for b in res.bindings if b.kind == "parameter"} == params
+    m64 = copy.deepcopy(m).double()
+    for seed in (1, 2):  # fresh inputs, not the example ones
+        torch.manual_seed(100 + seed)
+        xs = inputs()
+        (got,) = g.evaluate(res.graph_inputs(*xs))
+        _close(got, m64(*[x.double() for x in xs]))
+
+
+def test_fused_patterns_are_recognised(imported):
+    kinds = lambda name: {op.kind for op in imported[name][2].graph.ops}  # noqa: E731
+    assert "silu" in kinds("gated_mlp") and "sigmoid" not in kinds("gated_mlp")
+    assert {"matmul", "rsqrt", "reduction"} <= kinds("rmsnorm_linear")
+    assert {"reduce_max", "exp", "div"} <= kinds("qknorm_attention")
+    assert "gelu" in kinds("transformer_block")
+    # a 2-D linear layer is a 2-D kn.matmul (TOSA's rank-3 reshapes folded away)
+    mm = [op for op in imported["gated_mlp"][2].graph.ops if op.kind == "matmul"]
+    assert all(len(op.outputs[0].shape) == 2 for op in mm)
+
+
+class WithUnsupported(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Linear(16, 16, bias=False)
+
+    def forward(self, x):
+        y = F.silu(self.w(x))
+        z = torch.log(y.abs() + 1.0)  # abs and log: not in kn
+        return self.w(z) * y
+
+
+def test_unsupported_op_is_partitioned_out_and_reported():
+    torch.manual_seed(3)
+    m = WithUnsupported()
+    res = mt.import_module(m, [torch.randn(4, 16)])
+    ops = {o.op for o in res.offloaded}
+    assert ops == {"aten.abs.default", "aten.log.default"}, res.report()
+    assert all(o.reason == "no kn equivalent" for o in res.offloaded)
+    assert len(res.graphs) >= 2 and not res.fully_converted
+    rep = res.report()
+    assert "aten.log.default" in rep and "kn segment" in rep
+    with pytest.raises(ValueError, match="not one kn graph"):
+        res.graph
+    x = torch.randn(4, 16)
+    want = m(x)
+    res.program.set_mode("interpreter")  # kn segments by the reference interpreter
+    np.testing.assert_allclose(res.program(x).detach().numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    res.program.set_mode("torch")
+    np.testing.assert_allclose(res.program(x).detach().numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_function_import_and_float64_is_offloaded():
+    res = mt.import_module(lambda a, b: torch.exp(a) * b, [torch.randn(4, 8), torch.randn(1, 8)])
+    assert res.fully_converted
+    assert [b.kind for b in res.bindings] == ["input", "input"]
+    res64 = mt.import_module(lambda a: torch.exp(a), [torch.randn(4, 8, dtype=torch.float64)])
+    assert not res64.graphs and "float64" in res64.offloaded[0].reason
+
+
+def test_superoptimize_falls_back_on_cpu_with_one_warning():
+    torch.manual_seed(4)
+    m = GatedMLP()
+    x = torch.randn(8, 64)
+    opt = mt.superoptimize(m, [x])
+    assert isinstance(opt, torch.nn.Module) and opt.result.fully_converted
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert torch.equal(opt(x), m(x))
+    mine = [x for x in w if "mirage" in str(x.message)]
+    assert len(mine) == 1, [str(x.message) for x in mine]
+    y = torch.randn(3, 64)  # another shape: falls back too, still correct
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.equal(opt(y), m(y))
+
+
+def test_torch_compile_backend_on_cpu_is_identical():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    mt.compile_reports(clear=True)
+    torch.manual_seed(5)
+    m = RMSNormLinear(32, 48)
+    c = torch.compile(m, backend="mirage")
+    for _ in range(2):
+        x = torch.randn(4, 32)
+        assert torch.equal(c(x), m(x))
+    reps = mt.compile_reports()
+    assert reps and reps[0].fully_converted, reps and reps[0].report()
