@@ -1,0 +1,137 @@
+"""Plain dataclasses of the μGraph optimizer's results (paper §6), read by the lowering.
+
+Tiles of a block graph are named deterministically: the k-th input iterator's tile is
+`in{k}`, the j-th op's output `op{j}` (`op{j}.{k}` for the k-th output of a
+multi-output op). `BlockPlan.name(t)` maps an `STensor` to its name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..core.graph import GraphError, STensor, TBGraph
+
+
+class SmemCapacityError(GraphError):
+    """The shared-memory plan of a block graph exceeds the capacity."""
+
+
+def tile_names(tb: TBGraph) -> dict[int, str]:
+    """id(STensor) -> name, for every tile of `tb`."""
+    names = {id(r.stensor): f"in{k}" for k, r in enumerate(tb.inputs)}
+    for j, op in enumerate(tb.ops):
+        for k, t in enumerate(op.outputs):
+            names[id(t)] = f"op{j}" if len(op.outputs) == 1 else f"op{j}.{k}"
+    return names
+
+
+def tiles(tb: TBGraph) -> list[STensor]:
+    return [r.stensor for r in tb.inputs] + [t for op in tb.ops for t in op.outputs]
+
+
+@dataclass
+class TileLayout:
+    name: str
+    shape: tuple
+    dtype: str
+    inner_dim: int          # the dim stored contiguously (stride 1)
+    swizzle: int = 0        # XOR-swizzle width in bytes: 0 (none), 32, 64 or 128
+
+    def offset(self, index) -> int:
+        """Element offset of logical `index` in the tile's shared-memory buffer.
+
+        Rows are the tile flattened over all dims but `inner_dim` (row-major), each row
+        `shape[inner_dim]` elements long (R bytes). With a swizzle of S bytes, the
+        16-byte chunk holding the element moves to chunk ^ phase within the row, where
+        phase = (row // per_phase) % (S // 16) and per_phase = max(1, 128 // R)
+        (Triton's swizzled shared layout with 16-byte vectors). S divides R, so the
+        chunk stays in its row and 16-byte vectors stay contiguous.
+        """
+        st = self.strides
+        lin = sum(i * s for i, s in zip(index, st))
+        if not self.swizzle:
+            return lin
+        item = {"f16": 2, "bf16": 2, "f32": 4}[self.dtype]
+        n = self.shape[self.inner_dim]
+        row, col = divmod(lin, n)
+        per_phase = max(1, 128 // (n * item))
+        phase = (row // per_phase) % (self.swizzle // 16)
+        per_chunk = 16 // item
+        chunk, within = divmod(col, per_chunk)
+        return row * n + (chunk ^ phase) * per_chunk + within
+
+    @property
+    def strides(self) -> tuple:
+        """Element strides: `inner_dim` has stride 1, the other dims row-major around it."""
+        order = [d for d in range(len(self.shape)) if d != self.inner_dim] + [self.inner_dim]
+        strides, acc = [0] * len(self.shape), 1
+        for d in reversed(order):
+            strides[d] = acc
+            acc *= self.shape[d]
+        return tuple(strides)
+
+
+@dataclass
+class LayoutPlan:
+    tiles: dict[str, TileLayout]
+    cost: int               # model cost of the chosen layouts (lower is better)
+    default_cost: int       # cost of the default (row-major, unswizzled) layouts
+    optimal: bool           # the solver proved optimality
+    enabled: bool = True
+
+
+@dataclass
+class Stage:
+    region: str             # "loop" (every iteration) or "post" (once after the loop)
+    ops: list[int]          # indices into tb.ops, in execution order
+    barrier_before: bool    # a block-level barrier (bar.sync) precedes the stage
+
+
+@dataclass
+class SchedulePlan:
+    order: list[int]        # all tb.ops indices in execution order
+    stages: list[Stage]
+    barriers: int           # static barriers of this schedule (loop + post + before savers)
+    barriers_program_order: int  # the same count for the ops in the order they were built
+    enabled: bool = True
+
+    @property
+    def barrier_ops(self) -> list[int]:
+        """Op indices that are preceded by a barrier."""
+        return [s.ops[0] for s in self.stages if s.barrier_before and s.ops]
+
+
+@dataclass
+class SmemBuffer:
+    name: str
+    offset: int             # bytes from the start of dynamic shared memory
+    size: int               # bytes reserved (copies × tile bytes, aligned)
+    start: int              # live range over schedule steps [start, end]
+    end: int
+    copies: int = 1         # 2 for double-buffered iterator tiles
+
+
+@dataclass
+class SmemPlan:
+    buffers: dict[str, SmemBuffer]
+    total_bytes: int        # dynamic shared memory the kernel needs
+    no_reuse_bytes: int     # bytes without reuse (every buffer its own range)
+    capacity: int
+    optimal: bool
+    enabled: bool = True
+
+    def offset(self, name: str) -> int:
+        return self.buffers[name].offset
+
+
+@dataclass
+class BlockPlan:
+    layouts: LayoutPlan
+    schedule: SchedulePlan
+    smem: SmemPlan
+    names: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def name(self, t: STensor) -> str:
+        return self.names[id(t)]
+
+    def layout(self, t: STensor) -> TileLayout:
+        return self.layouts.tiles[self.name(t)]

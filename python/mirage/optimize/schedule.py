@@ -1,0 +1,134 @@
+"""Operator scheduling by depth (paper §6): block-level barriers only where needed.
+
+A block graph runs as a loop region (every for-loop iteration: iterator copies, the
+ops upstream of the accumulators, the accumulators) and a post region (once after the
+loop: ops downstream of an accumulator, then the output savers). A barrier is needed
+before an op that reads a tile another thread wrote since the last barrier. An edge
+u -> v needs one unless both are element-wise over the same shape and layout (then the
+thread that wrote an element is the one that reads it: thread-graph fusion); iterator
+copies and reducing or contracting ops always need one.
+
+Each op gets a depth: the most barrier-needing edges on any path to it from the start
+of its region (a longest path, by dynamic programming in topological order). Running
+the ops in ascending depth puts every independent op between the same two barriers,
+so a region needs one barrier per depth level. `schedule` reports the barrier count
+of that order and of the program order (as the graph was built), counted by the same
+simulation.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..core.graph import TBGraph
+from .layout import ELEMENTWISE
+from .plan import SchedulePlan, Stage, TileLayout, tile_names
+
+_LOCAL = ELEMENTWISE | {"thread_graph", "constant"}
+
+
+def _elementwise(op) -> bool:
+    if op.kind == "forloop_accum":
+        return op.attrs.get("kind") in ("none", "max")
+    return op.kind in _LOCAL
+
+
+def regions(tb: TBGraph) -> list[str]:
+    """'loop' or 'post' for each op of `tb`."""
+    counts = tb.accum_counts(varying_only=False)
+    out = []
+    for op in tb.ops:
+        c = counts.get(id(op.outputs[0]))
+        post = c is not None and c[1] >= 1 and op.kind != "forloop_accum"
+        out.append("post" if post else "loop")
+    return out
+
+
+class _Deps:
+    def __init__(self, tb: TBGraph, layouts: Mapping[str, TileLayout] | None):
+        self.tb = tb
+        self.names = tile_names(tb)
+        self.producer = {}
+        for j, op in enumerate(tb.ops):
+            for t in op.outputs:
+                self.producer[id(t)] = j
+        self.layouts = layouts or {}
+        self.region = regions(tb)
+
+    def _inner(self, t):
+        lay = self.layouts.get(self.names[id(t)])
+        return lay.inner_dim if lay else len(t.shape) - 1
+
+    def needs_sync(self, t, j: int) -> bool:
+        """Whether op j reading tile t needs a barrier after t was written."""
+        p = self.producer.get(id(t))
+        if p is None:
+            return True  # an iterator tile: copied cooperatively by all threads
+        u, v = self.tb.ops[p], self.tb.ops[j]
+        if self.region[p] != self.region[j]:
+            return True
+        if not (_elementwise(u) and _elementwise(v)):
+            return True
+        o = v.outputs[0]
+        return t.shape != o.shape or self._inner(t) != self._inner(o)
+
+    def depths(self) -> list[int]:
+        d = []
+        for j, op in enumerate(self.tb.ops):
+            lvl = 1
+            for t in op.inputs:
+                p = self.producer.get(id(t))
+                if p is not None and self.region[p] == self.region[j]:
+                    lvl = max(lvl, d[p] + (1 if self.needs_sync(t, j) else 0))
+            d.append(lvl)
+        return d
+
+    def simulate(self, order: list[int]) -> tuple[int, set[int]]:
+        """Barriers of executing `order` (loop ops, then post ops, then the savers)
+        and the ops preceded by one."""
+        tb = self.tb
+        dirty = {id(r.stensor) for r in tb.inputs}  # copies issued at the region start
+        count, before, region = 0, set(), "loop"
+        for j in order:
+            op = tb.ops[j]
+            if self.region[j] != region:
+                region = self.region[j]  # loop finished: accumulators are written
+            if any(id(t) in dirty and self.needs_sync(t, j) for t in op.inputs):
+                count += 1
+                before.add(j)
+                dirty = set()
+            if op.kind == "forloop_accum" and self.region[j] == "loop":
+                # accumulator tiles are read after the loop, by other threads
+                dirty.update(id(t) for t in op.outputs)
+            else:
+                dirty.update(id(t) for t in op.outputs)
+        if any(id(o.stensor) in dirty for o in tb.outputs):
+            count += 1  # before the output savers
+        return count, before
+
+
+def program_order(tb: TBGraph) -> list[int]:
+    reg = regions(tb)
+    return [j for j in range(len(tb.ops)) if reg[j] == "loop"] + \
+           [j for j in range(len(tb.ops)) if reg[j] == "post"]
+
+
+def schedule(tb: TBGraph, enabled: bool = True,
+             layouts: Mapping[str, TileLayout] | None = None) -> SchedulePlan:
+    """Order `tb`'s ops by depth (or keep the program order when disabled)."""
+    deps = _Deps(tb, layouts)
+    base = program_order(tb)
+    base_count, base_before = deps.simulate(base)
+    if enabled:
+        depth = deps.depths()
+        order = sorted(base, key=lambda j: (deps.region[j] == "post", depth[j], j))
+    else:
+        order = base
+    count, before = deps.simulate(order)
+    if enabled and count > base_count:  # never worse than the program order
+        order, count, before = base, base_count, base_before
+    stages: list[Stage] = []
+    for j in order:
+        if not stages or j in before or deps.region[j] != stages[-1].region:
+            stages.append(Stage(deps.region[j], [], j in before))
+        stages[-1].ops.append(j)
+    return SchedulePlan(order, stages, count, base_count, enabled)
