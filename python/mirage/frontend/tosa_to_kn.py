@@ -630,7 +630,14 @@ def _segments(name, nodes, args, results) -> list[Segment]:
                 elif id(i) not in inside and all(i is not j for j in ins):
                     ins.append(i)
         outs = [n for n in run if users_after.get(id(n), -1) > k]
-        outs += [r for r in results if r.kind == "constant" and k == len(runs) - 1 and id(r) not in map(id, outs)]
+        whole = len(runs) == 1
+        if whole:  # the function itself: its arguments and results, in order
+            ins, outs = list(args), list(results)
+            for r in results:
+                if r.kind == "constant" and id(r) not in inside:
+                    inside.add(id(r))
+                    consts.append(r)
+                    alias.setdefault((r.attrs["value"], r.shape, r.dtype), r)
         run = consts + run
         g = KNGraph(name if len(runs) == 1 else f"{name}_kn{k}")
         env = {}
@@ -642,7 +649,7 @@ def _segments(name, nodes, args, results) -> list[Segment]:
         for n in run[len(consts):]:
             env[id(n)] = _emit(g, n, [env[id(i)] for i in n.ins])
         for o in outs:
-            g.mark_output(env[id(o)])
+            g.mark_output(env[id(o)] if id(o) in env else env[id(alias[(o.attrs["value"], o.shape, o.dtype)])])
         segs.append(Segment(g, ins, outs, None, list(run)))
     return segs
 
@@ -692,10 +699,7 @@ def print_converted(fr: FuncResult, arg_types: Sequence[str], result_types: Sequ
     """MLIR text for one converted function: the function itself holds kn ops when it
     is fully converted; otherwise each kn run is outlined as `@<name>_kn<k>` and the
     function calls them in order, the unsupported TOSA ops between the calls."""
-    if len(fr.segments) == 1 and fr.segments[0].graph is not None and \
-            [id(i) for i in fr.segments[0].inputs] == [id(a) for a in fr.args] and \
-            [id(o) for o in fr.segments[0].outputs] == [id(r) for r in fr.results] and \
-            len({id(r) for r in fr.results}) == len(fr.results):
+    if len(fr.segments) == 1 and fr.segments[0].graph is not None:
         return "\n".join(print_function(fr.segments[0].graph))
     # general form: the function keeps its signature
     lines = []
