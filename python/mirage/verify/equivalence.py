@@ -1,0 +1,250 @@
+"""`check_equivalence`: random testing over finite fields with a stated error bound
+(paper §5, Theorems 2 and 3), then a floating-point stability filter.
+
+Procedure
+1. Both graphs are analyzed (`mirage.verify.lax.analyze`): Lax-ness, and for each output
+   the degree bound d and exp-term count k of the difference of the two programs in
+   the normal form of Equation (2).
+2. The per-trial probability that a non-equivalent pair agrees on one output element
+   is bounded by (see `per_trial_bound`)
+       eps = 8·d·k^4/q + q^(-1/k^2)        (Theorem 2; with no exp anywhere: d/p,
+                                             Schwartz-Zippel over Z_p)
+           + C(m, 2)·eps(atom arguments)    (m sqrt / random-function results in the
+                                             cone, each treated as a fresh variable)
+   and the trials needed for a failure probability δ are ceil(ln δ / ln eps)
+   (Theorem 3). Trials are capped (`max_trials`); when the bound is vacuous (eps ≥ 1,
+   e.g. attention over thousands of keys: k grows with the sequence length) the check
+   still runs `vacuous_trials` trials, reports `bound_met=False` and says so.
+3. Each trial draws fresh inputs in Z_p x Z_q and a fresh ω from a seeded RNG, evaluates
+   both graphs with `FieldArith` through the one interpreter and compares the Z_p
+   components of every output element. A division by zero resamples the trial (counted
+   in `zero_division_resamples`).
+4. Floating-point filter: both graphs run on the same realistic random inputs; the
+   candidate in its working precision (`dtype="native"`), the reference in float64.
+   The candidate is rejected when its normalized error max|y - y64| / max|y64| exceeds
+   `fp_tolerance` (default: max(FP_BASE_TOL[dtype], 4 x the reference program's own
+   error in working precision)) or is not finite.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..core.graph import KNGraph
+from ..core.interpret import evaluate
+from .field import FieldArith, FieldZeroDivision, safe_primes
+from .lax import Form, LaxReport, analyze
+
+# Normalized max error tolerated from one working precision (unit roundoff x a margin
+# for the accumulation depth of fused kernels); the default tolerance is the larger of
+# this and 4x the error of the reference program itself in the same precision.
+FP_BASE_TOL = {"f16": 2e-2, "bf16": 1.2e-1, "f32": 1e-4}
+
+
+@dataclass
+class Difference:
+    output: int
+    index: tuple
+    reference_value: int  # Z_p component
+    candidate_value: int
+    trial: int
+
+    def __str__(self) -> str:
+        return (f"output {self.output} element {list(self.index)}: reference {self.reference_value}, "
+                f"candidate {self.candidate_value} (mod p, trial {self.trial})")
+
+
+@dataclass
+class EquivalenceResult:
+    equivalent: bool
+    trials: int
+    error_bound: float  # P(a non-equivalent pair passes every trial run), by the bound
+    delta: float
+    bound_met: bool  # error_bound <= delta
+    per_trial_bound: float
+    primes: tuple
+    reason: str = ""
+    first_difference: Optional[Difference] = None
+    max_fp_error: Optional[float] = None
+    fp_tolerance: Optional[float] = None
+    zero_division_resamples: int = 0
+    lax_reference: Optional[LaxReport] = None
+    lax_candidate: Optional[LaxReport] = None
+    bound_details: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def __bool__(self) -> bool:
+        return self.equivalent
+
+    def summary(self) -> str:
+        if self.equivalent:
+            b = (f"error bound {self.error_bound:.3g}" if self.bound_met else
+                 f"no bound: {self.bound_details.get('note', 'bound not reached')}")
+            fp = "" if self.max_fp_error is None else f", fp error {self.max_fp_error:.3g} <= {self.fp_tolerance:.3g}"
+            return f"equivalent ({self.trials} trials, p={self.primes[0]}, q={self.primes[1]}, {b}{fp})"
+        return f"not equivalent: {self.reason}"
+
+
+# -- the bound ----------------------------------------------------------------------------
+
+def theorem2_eps(d: int, k: int, ex: bool, p: int, q: int) -> float:
+    """Probability bound that a non-zero expression of the form (2) vanishes at a random point."""
+    if not ex:
+        return min(1.0, max(d, 1) / p)
+    if k > 10**6:
+        return 1.0
+    return min(1.0, 8.0 * max(d, 1) * float(k) ** 4 / q + q ** (-1.0 / (k * k)))
+
+
+def per_trial_bound(ref: LaxReport, cand: LaxReport, p: int, q: int) -> tuple[float, dict]:
+    worst, detail = 0.0, {}
+    for o, (a, b) in enumerate(zip(ref.outputs, cand.outputs)):
+        if a.broken or b.broken:
+            return 1.0, {"output": o, "note": "an exp of an expression holding an exp: Theorem 2 does not apply"}
+        d = max(a.dN + b.dD, b.dN + a.dD, a.dE, b.dE)
+        k = max(a.kN * b.kD + b.kN * a.kD, a.kD * b.kD)
+        ex = a.ex or b.ex
+        eps = theorem2_eps(d, k, ex, p, q)
+        m = min(a.m, ref.atom_elements) + min(b.m, cand.atom_elements)
+        atom_eps = 0.0
+        if m >= 2:
+            dA, kA, exA = max(a.dA, b.dA), max(a.kA, b.kA), a.exA or b.exA
+            atom_eps = min(1.0, m * (m - 1) / 2 * theorem2_eps(dA, kA, exA, p, q))
+        total = min(1.0, eps + atom_eps)
+        if total >= worst:
+            worst = total
+            detail = {"output": o, "degree": d, "exp_terms": k if ex else 0, "atoms": m,
+                      "theorem2": eps, "atom_collisions": atom_eps}
+    if worst >= 1.0:
+        k = detail.get("exp_terms", 0)
+        detail["note"] = (f"Theorem 2 is vacuous for output {detail.get('output')} "
+                          f"(degree {detail.get('degree')}, {k} exp terms, {detail.get('atoms')} atoms)")
+    return worst, detail
+
+
+def trials_for(eps: float, delta: float) -> int | None:
+    """Trials so that eps^t <= delta (Theorem 3); None if eps >= 1."""
+    if eps >= 1.0:
+        return None
+    if eps <= 0.0:
+        return 1
+    return max(1, math.ceil(math.log(delta) / math.log(eps)))
+
+
+# -- the check ------------------------------------------------------------------------------
+
+def _dtype_key(g: KNGraph) -> str:
+    ds = {t.dtype.mlir for t in g.outputs} or {"f16"}
+    for d in ("f16", "bf16", "f32"):
+        if d in ds:
+            return d
+    return "f16"
+
+
+def check_equivalence(reference: KNGraph, candidate: KNGraph, delta: float = 1e-9, seed: int = 0, *,
+                      max_trials: int = 64, vacuous_trials: int = 8, max_resamples: int = 16,
+                      primes: tuple | None = None, fp_check: bool = True,
+                      fp_inputs: Sequence[np.ndarray] | None = None, input_scales: Sequence[float] | None = None,
+                      fp_tolerance: float | None = None, progress=None) -> EquivalenceResult:
+    """Check `candidate` against `reference` (both KNGraphs with the same inputs).
+
+    Returns an `EquivalenceResult`; `bool(result)` is `result.equivalent`."""
+    t0 = time.perf_counter()
+    p, q = primes or safe_primes(1)[0]
+    ra, ca = analyze(reference), analyze(candidate)
+    res = EquivalenceResult(False, 0, 1.0, delta, False, 1.0, (p, q), lax_reference=ra, lax_candidate=ca)
+
+    def done(reason: str = "") -> EquivalenceResult:
+        res.reason = reason
+        res.seconds = time.perf_counter() - t0
+        return res
+
+    if [t.shape for t in reference.inputs] != [t.shape for t in candidate.inputs]:
+        return done(f"the inputs differ: reference {[list(t.shape) for t in reference.inputs]}, "
+                    f"candidate {[list(t.shape) for t in candidate.inputs]}")
+    if len(reference.outputs) != len(candidate.outputs):
+        return done(f"the reference has {len(reference.outputs)} outputs, the candidate {len(candidate.outputs)}")
+    for o, (a, b) in enumerate(zip(reference.outputs, candidate.outputs)):
+        if a.shape != b.shape:
+            return done(f"output {o} has shape {list(b.shape)}, the reference {list(a.shape)}")
+
+    eps, detail = per_trial_bound(ra, ca, p, q)
+    res.per_trial_bound, res.bound_details = eps, detail
+    need = trials_for(eps, delta)
+    n_trials = vacuous_trials if need is None else min(need, max_trials)
+    track_q = ra.uses_exp or ca.uses_exp
+    rng = np.random.default_rng(seed)
+    trial = 0
+    while trial < n_trials:
+        for attempt in range(max_resamples + 1):
+            ar = FieldArith(p, q, seed=int(rng.integers(1 << 62)), rng=rng, track_q=track_q)
+            ins = [ar.random_value(t.shape) for t in reference.inputs]
+            try:
+                ro = evaluate(reference, ins, arith=ar)
+                co = evaluate(candidate, ins, arith=ar)
+                break
+            except FieldZeroDivision:
+                res.zero_division_resamples += 1
+        else:
+            res.trials = trial
+            return done(f"every one of {max_resamples + 1} samples divided by zero in the field "
+                        f"(a denominator is identically zero?)")
+        trial += 1
+        if progress:
+            progress(trial, n_trials)
+        for o, (a, b) in enumerate(zip(ro, co)):
+            neq = a.p != b.p
+            if neq.any():
+                idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(neq)), neq.shape))
+                res.trials = trial
+                res.first_difference = Difference(o, idx, int(a.p[idx]), int(b.p[idx]), trial)
+                res.error_bound = 0.0
+                return done(f"finite-field trial {trial} differs at {res.first_difference}")
+    res.trials = trial
+    res.error_bound = min(1.0, eps ** trial) if eps < 1.0 else 1.0
+    res.bound_met = res.error_bound <= delta
+    if not res.bound_met and "note" not in detail:
+        detail["note"] = f"{trial} trials of per-trial bound {eps:.3g} give {res.error_bound:.3g} > delta"
+
+    if fp_check:
+        ok, err, tol, why = fp_filter(reference, candidate, np.random.default_rng(seed + 1),
+                                      fp_inputs, input_scales, fp_tolerance)
+        res.max_fp_error, res.fp_tolerance = err, tol
+        if not ok:
+            return done(why)
+    res.equivalent = True
+    return done("")
+
+
+def fp_filter(reference: KNGraph, candidate: KNGraph, rng: np.random.Generator,
+              inputs: Sequence[np.ndarray] | None = None, scales: Sequence[float] | None = None,
+              tolerance: float | None = None) -> tuple[bool, float, float, str]:
+    """Numerical-stability filter: (ok, candidate error, tolerance, reason)."""
+    if inputs is None:
+        scales = scales or (1.0,) * len(reference.inputs)
+        inputs = [rng.standard_normal(t.shape) * s for t, s in zip(reference.inputs, scales)]
+    with np.errstate(all="ignore"):
+        exact = evaluate(reference, inputs)
+        ref_native = evaluate(reference, inputs, dtype="native")
+        cand_native = evaluate(candidate, inputs, dtype="native")
+
+    def nerr(y, y64):
+        scale = float(np.max(np.abs(y64))) if y64.size else 0.0
+        if not np.all(np.isfinite(y)):
+            return math.inf
+        return float(np.max(np.abs(y - y64))) / (scale if scale > 0 else 1.0)
+
+    if not all(np.all(np.isfinite(y)) for y in exact):
+        return True, 0.0, 0.0, ""  # the float64 reference itself overflows: nothing to compare against
+    e_ref = max(nerr(y, y64) for y, y64 in zip(ref_native, exact))
+    e_cand = max(nerr(y, y64) for y, y64 in zip(cand_native, exact))
+    tol = tolerance if tolerance is not None else max(FP_BASE_TOL[_dtype_key(candidate)],
+                                                      4.0 * (e_ref if math.isfinite(e_ref) else 0.0))
+    if not e_cand <= tol:
+        return False, e_cand, tol, (f"floating-point filter: the candidate's normalized error in working "
+                                    f"precision is {e_cand:.3g} > tolerance {tol:.3g} (reference program: {e_ref:.3g})")
+    return True, e_cand, tol, ""

@@ -1,0 +1,276 @@
+"""Tests of mirage.verify: finite-field semantics (Table 2 identities), the Lax checker,
+check_equivalence (benchmark pairs, no false negatives), and the mutation suite.
+
+Run: PYTHONPATH=python pytest test/python/test_verify.py -s   (prints the mutation counts)
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+import mirage as mi  # noqa: E402
+from mirage.core import ops as O  # noqa: E402
+from mirage.core.interpret import evaluate  # noqa: E402
+from mirage.verify import FieldArith, analyze, check_equivalence  # noqa: E402
+from mirage.verify.field import FV, FieldZeroDivision, safe_primes  # noqa: E402
+from mirage.verify.mutate import GraphError, mutations, replay  # noqa: E402
+
+from benchmarks import BENCHMARKS  # noqa: E402
+
+# Small versions of the six benchmarks: the same μGraphs with sizes mapped down.
+SHRINK = {
+    "rmsnorm_linear": dict(dims={4096: 64, 6144: 48}, grid={96: 3}, loop={64: 4}),
+    "gated_mlp": dict(dims={4096: 64}, grid={128: 4}, loop={16: 4}),
+    "lora": dict(dims={256: 32, 4096: 64}, grid={64: 4}),
+    "gqa": dict(dims={256: 32, 4096: 64, 64: 8}, dimx={64: 8}),
+    "qknorm_attention": dict(dims={256: 32, 4096: 64, 64: 8}, dimx={64: 8}),
+    "ntrans": dict(dims={4096: 64}),
+}
+
+
+def small(name):
+    b = BENCHMARKS[name]
+    return replay(b.reference(1), **SHRINK[name]), replay(b.fused(1), **SHRINK[name])
+
+
+# -- field semantics --------------------------------------------------------------------
+
+def _fa(seed=0):
+    return FieldArith(seed=seed)
+
+
+def _rand(ar, shape, rng):
+    return ar.random_value(shape, rng)
+
+
+def _eq(a, b):
+    return np.array_equal(a.p, b.p) and (a.q is None or np.array_equal(a.q, b.q))
+
+
+def test_primes_are_safe_and_large():
+    for p, q in safe_primes(4):
+        assert (p - 1) % q == 0 and p > 2**30 and q > 2**29
+        assert p % 4 == 3 and q % 4 == 3
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_table2_identities(seed):
+    rng = np.random.default_rng(seed)
+    ar = _fa(seed)
+    a, b, c = (_rand(ar, (7, 5), rng) for _ in range(3))
+    # exp(a) * exp(b) = exp(a + b)  (Z_p components: the value of an exponential)
+    assert np.array_equal(ar.mul(ar.exp(a), ar.exp(b)).p, ar.exp(ar.add(a, b)).p)
+    # exp(0) = 1
+    assert np.all(ar.exp(ar.const(0.0, (3,))).p == 1)
+    # division distributes over sums: (a + b) / c = a / c + b / c
+    assert _eq(ar.div(ar.add(a, b), c), ar.add(ar.div(a, c), ar.div(b, c)))
+    # (a / b) / c = a / (b * c); a * (b / a) = b
+    assert _eq(ar.div(ar.div(a, b), c), ar.div(a, ar.mul(b, c)))
+    assert _eq(ar.mul(a, ar.div(b, a)), b)
+    # sqrt is multiplicative: sqrt(a b) = sqrt(a) sqrt(b), sqrt(a / b) = sqrt(a) / sqrt(b)
+    assert _eq(ar.sqrt(ar.mul(a, b)), ar.mul(ar.sqrt(a), ar.sqrt(b)))
+    assert _eq(ar.sqrt(ar.div(a, b)), ar.div(ar.sqrt(a), ar.sqrt(b)))
+    # sqrt(x)^2 = x for squares: sqrt(a^2)^2 = a^2
+    sq = ar.mul(a, a)
+    assert _eq(ar.mul(ar.sqrt(sq), ar.sqrt(sq)), sq)
+    # sum over splits: sum over a dim = sum of the sums of its two halves
+    x = _rand(ar, (4, 12), rng)
+    whole = ar.sum(x, 1)
+    halves = ar.add(ar.sum(ar.apply(lambda t: t[:, :5], x), 1), ar.sum(ar.apply(lambda t: t[:, 5:], x), 1))
+    assert _eq(whole, halves)
+    # matmul over a split contraction dim = sum of the partial products; matches a naive sum
+    A, B = _rand(ar, (3, 64), rng), _rand(ar, (64, 5), rng)
+    parts = ar.add(ar.matmul(ar.apply(lambda t: t[:, :40], A), ar.apply(lambda t: t[:40], B)),
+                   ar.matmul(ar.apply(lambda t: t[:, 40:], A), ar.apply(lambda t: t[40:], B)))
+    assert _eq(ar.matmul(A, B), parts)
+    naive = [[sum(int(A.p[i, k]) * int(B.p[k, j]) for k in range(64)) % ar.p for j in range(5)] for i in range(3)]
+    assert np.array_equal(ar.matmul(A, B).p, np.array(naive))
+    # max: a random total order, so max over a dim = max of the maxes of its halves
+    m_whole = ar.max(x, 1)
+    m_split = ar.max(ar.apply(lambda s, t: np.concatenate([s, t], 1),
+                              ar.max(ar.apply(lambda t: t[:, :5], x), 1), ar.max(ar.apply(lambda t: t[:, 5:], x), 1)), 1)
+    assert _eq(m_whole, m_split)
+
+
+def test_random_functions_are_consistent_and_distinct():
+    rng = np.random.default_rng(1)
+    ar = _fa(7)
+    a = _rand(ar, (100,), rng)
+    assert _eq(ar.unary("silu", a), ar.unary("silu", FV(a.p.copy(), a.q.copy())))
+    assert not np.array_equal(ar.unary("silu", a).p, ar.unary("gelu", a).p)
+    assert not np.array_equal(FieldArith(seed=8).unary("silu", a).p, ar.unary("silu", a).p)
+
+
+def test_constants_map_exactly():
+    ar = _fa()
+    c8, = ar.const(0.125, (1,)).p
+    assert c8 * 8 % ar.p == 1
+    ce, = ar.const(1e-6, (1,)).p
+    assert ce * 1000000 % ar.p == 1
+    assert ar.const_element(np.pi) == ar.const_element(np.pi)
+
+
+def test_zero_division_detected():
+    ar = _fa()
+    with pytest.raises(FieldZeroDivision):
+        ar.div(ar.const(1.0, (2,)), ar.const(0.0, (2,)))
+
+
+# -- Lax checker ---------------------------------------------------------------------------
+
+def test_lax_checker_explains():
+    g = mi.new_kernel_graph()
+    x = g.new_input((4, 8))
+    g.mark_output(g.exp(g.reduction(g.exp(x), 1)))
+    rep = analyze(g)
+    assert not rep.lax and rep.max_exps_on_path == 2
+    assert "kn.exp #0" in rep.explain() and "kn.exp #2" in rep.explain() and "input 0" in rep.explain()
+    for name, b in BENCHMARKS.items():
+        r = analyze(b.reference(1))
+        assert r.lax == (name != "gated_mlp"), (name, r.explain())
+    assert "kn.silu" in analyze(BENCHMARKS["gated_mlp"].reference(1)).explain()
+    # the max accumulator is not Lax
+    g = mi.new_kernel_graph()
+    x = g.new_input((4, 64))
+    tb = mi.new_threadblock_graph((1, 1, 1), forloop_range=4)
+    t = tb.new_input(x, (-1, -1, -1), 1)
+    tb.new_output(tb.forloop_accum(t, "max"), (-1, -1, -1))
+    g.mark_output(g.customized([x], tb)[0])
+    assert "forloop_accum<max>" in analyze(g).explain()
+
+
+# -- check_equivalence -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(BENCHMARKS))
+def test_benchmark_pairs_small(name):
+    r, f = small(name)
+    res = check_equivalence(r, f, delta=1e-9, input_scales=BENCHMARKS[name].scales)
+    assert res.equivalent, res.summary()
+    assert res.trials >= 1 and res.max_fp_error <= res.fp_tolerance
+    if name not in ("gqa", "qknorm_attention"):  # Theorem 2 is vacuous for long softmax sums
+        assert res.bound_met and res.error_bound <= 1e-9, res.summary()
+
+
+@pytest.mark.parametrize("name", ["rmsnorm_linear", "lora", "ntrans"])
+def test_benchmark_pairs_full_size(name):
+    b = BENCHMARKS[name]
+    res = check_equivalence(b.reference(1), b.fused(1), delta=1e-9, input_scales=b.scales)
+    assert res.equivalent and res.bound_met and res.error_bound <= 1e-9, res.summary()
+
+
+def test_exp_bound_met_on_short_softmax():
+    """Attention over 2 keys: Theorem 2 is not vacuous and the trials reach δ = 1e-9."""
+    def build(fused):
+        g = mi.new_kernel_graph()
+        Q, K, V = g.new_input((1, 4, 2)), g.new_input((1, 2, 2)), g.new_input((1, 2, 2))
+        E = g.exp(g.matmul(Q, K))
+        if fused:
+            g.mark_output(g.div(g.matmul(E, V), g.matmul(E, g.add(g.constant(1.0, (1, 2, 2)), g.constant(0.0, (1, 2, 2))))))
+        else:
+            g.mark_output(g.div(g.matmul(E, V), g.reduction(E, 2)))
+        return g
+    res = check_equivalence(build(False), build(True), delta=1e-9, max_trials=1000)
+    assert res.equivalent and res.bound_met, res.summary()
+
+
+def test_equivalent_rewrites_never_rejected():
+    """No false negatives: algebraically equal programs pass on many seeds."""
+    def pair():
+        a = mi.new_kernel_graph()
+        x, y, z = a.new_input((4, 16)), a.new_input((16, 8)), a.new_input((4, 8))
+        a.mark_output(a.div(a.add(a.matmul(x, y), z), a.sqrt(a.mul(z, z))))
+        b = mi.new_kernel_graph()
+        x, y, z = b.new_input((4, 16)), b.new_input((16, 8)), b.new_input((4, 8))
+        s = b.sqrt(b.mul(z, z))
+        b.mark_output(b.add(b.div(b.matmul(x, y), s), b.div(z, s)))
+        return a, b
+    for seed in range(20):
+        assert check_equivalence(*pair(), seed=seed, fp_check=False).equivalent
+    for seed in range(3):
+        r, f = small("gqa")
+        assert check_equivalence(r, f, seed=seed, fp_check=False, vacuous_trials=2).equivalent
+
+
+def test_difference_reported():
+    r, f = small("lora")
+    m = replay(f, next(m for m in mutations(f) if m.change == ("accum", "sum")
+                       if _valid(f, m)))
+    res = check_equivalence(r, m)
+    assert res.reason and (res.first_difference is not None or "shape" in res.reason)
+
+
+def _valid(g, m):
+    try:
+        replay(g, m)
+        return True
+    except (GraphError, ValueError):
+        return False
+
+
+def test_fp_filter_rejects_unstable():
+    """exp(x)/sum(exp(x)) vs exp(x-c)/sum(exp(x-c)) with a huge c: equal in the field and
+    in float64 algebra, but the shifted form underflows in fp16."""
+    def build(shift):
+        g = mi.new_kernel_graph()
+        x = g.new_input((4, 16))
+        if shift:
+            x = g.sub(x, g.constant(30.0, (1, 1)))
+        e = g.exp(x)
+        g.mark_output(g.div(e, g.reduction(e, 1)))
+        return g
+    res = check_equivalence(build(False), build(True), vacuous_trials=2, max_trials=8)
+    assert not res.equivalent and "floating-point" in res.reason and res.max_fp_error > res.fp_tolerance
+
+
+# -- mutation suite --------------------------------------------------------------------------
+
+MUTATION_COUNTS = {}
+
+
+@pytest.mark.parametrize("name", list(BENCHMARKS))
+def test_mutants_rejected(name):
+    r, f = small(name)
+    b = BENCHMARKS[name]
+    rng = np.random.default_rng(0)
+    scales = b.scales or (1.0,) * len(r.inputs)
+    ins = [rng.standard_normal(t.shape) * s for t, s in zip(r.inputs, scales)]
+    with np.errstate(all="ignore"):
+        y = evaluate(r, ins)
+    c = dict(generated=0, invalid=0, differ=0, rejected=0, equivalent=0, equivalent_accepted=0)
+    missed, false_neg = [], []
+    for base in (f, r):  # the fused μGraph first
+        for m in mutations(base):
+            c["generated"] += 1
+            try:
+                mg = replay(base, m)
+            except (GraphError, ValueError):
+                c["invalid"] += 1
+                continue
+            with np.errstate(all="ignore"):
+                ym = evaluate(mg, ins)
+            differ = len(ym) != len(y) or any(
+                a.shape != b_.shape or not np.allclose(a, b_, rtol=1e-9, atol=1e-9 * np.abs(b_).max())
+                for a, b_ in zip(ym, y))
+            res = check_equivalence(r, mg, input_scales=b.scales, vacuous_trials=3)
+            if differ:
+                c["differ"] += 1
+                c["rejected"] += not res.equivalent
+                if res.equivalent:
+                    missed.append(str(m))
+            else:
+                c["equivalent"] += 1
+                c["equivalent_accepted"] += res.equivalent
+                if not res.equivalent:
+                    false_neg.append(f"{m}: {res.reason}")
+    MUTATION_COUNTS[name] = c
+    print(f"\n{name}: {c}")
+    assert not missed, f"non-equivalent mutants accepted: {missed}"
+    assert c["differ"] >= 20
+    # equivalent mutants (e.g. a different grid or loop split) pass too: no false negatives
+    assert not false_neg, false_neg
