@@ -54,7 +54,7 @@ class Difference:
     trial: int
 
     def __str__(self) -> str:
-        return (f"output {self.output} element {list(self.index)}: reference {self.reference_value}, "
+        return (f"output {self.output} element {list(self.index)} differs: reference {self.reference_value}, "
                 f"candidate {self.candidate_value} (mod p, trial {self.trial})")
 
 
@@ -203,7 +203,7 @@ def check_equivalence(reference: KNGraph, candidate: KNGraph, delta: float = 1e-
                 res.trials = trial
                 res.first_difference = Difference(o, idx, int(a.p[idx]), int(b.p[idx]), trial)
                 res.error_bound = 0.0
-                return done(f"finite-field trial {trial} differs at {res.first_difference}")
+                return done(f"finite-field test: {res.first_difference}")
     res.trials = trial
     res.error_bound = min(1.0, eps ** trial) if eps < 1.0 else 1.0
     res.bound_met = res.error_bound <= delta
