@@ -22,9 +22,9 @@ def test_registered():
 def test_verify_pairs_remark_and_error():
     b = BENCHMARKS["lora"]
     ref, fused = replay(b.reference(1), **SH), replay(b.fused(1), **SH)
-    bad = replay(b.fused(1), **SH)
-    bad = replay(fused, next(iter([m for m in __import__("mirage.verify.mutate", fromlist=["x"]).mutations(fused)
-                                   if m.change == ("swap",) and m.site[0] == "tb"])))
+    from mirage.verify.mutate import Mutation
+    add_site = next(("tb", 0, j) for j, op in enumerate(fused.ops[0].body.ops) if op.kind == "add")
+    bad = replay(fused, Mutation(add_site, ("optype", "sub")))
     out = verify_pairs({"ref": ref, "fused": fused, "bad": bad}, [("fused", "ref"), ("bad", "ref"), ("x", "nope")])
     assert out[0].ok and "@fused is equivalent to @ref" in out[0].message and "trials" in out[0].message
     assert not out[1].ok and "@bad is not equivalent to @ref" in out[1].message
