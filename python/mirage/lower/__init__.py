@@ -1,0 +1,113 @@
+"""Lowering of μGraphs to GPU code: `convert-mirage-to-gpu`, PTX, kernel bundles.
+
+- `convert_to_gpu(g)`: the KNGraph as a module of `gpu`/`nvgpu`/`arith`/`memref`/`scf`/
+  `vector`/`math` ops (MLIR text) plus the launch plan;
+- `to_ptx(g, target)`: through the upstream `gpu-lower-to-nvvm-pipeline` to PTX;
+- `compile(g, target)`: a kernel bundle (`mirage.runtime` format) on disk;
+- `call(g, inputs)`: compile (cached) and run with `mirage.runtime` on a GPU.
+
+MLIR is imported only inside these functions: `import mirage.lower` stays light.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from .block import LoweringError, Options
+from .convert import Lowered, convert
+
+__all__ = ["LoweringError", "Options", "Lowered", "convert_to_gpu", "to_ptx", "compile", "call",
+           "CompiledGraph"]
+
+
+def convert_to_gpu(g, options: Options | None = None) -> Lowered:
+    return convert(g, options)
+
+
+def to_ptx(g, target: str = "sm_90", options: Options | None = None) -> tuple[Lowered, str]:
+    from .pipeline import run_pipeline
+
+    low = convert(g, options)
+    return low, run_pipeline(low.module, target)
+
+
+class CompiledGraph:
+    """A compiled μGraph: the bundle directory, its manifest, and (lazily) a runtime kernel."""
+
+    def __init__(self, path: str, lowered: Lowered, ptx: str, target: str):
+        self.path, self.lowered, self.ptx, self.target = path, lowered, ptx, target
+        self._kernel = None
+
+    def __call__(self, *tensors, **kw):
+        if self._kernel is None:
+            from .. import runtime
+
+            self._kernel = runtime.load(self.path)
+        return self._kernel(*tensors, **kw)
+
+    def __repr__(self):
+        return f"CompiledGraph({self.path!r}, {len(self.lowered.kernels)} kernels, {self.target})"
+
+
+_CACHE: dict[tuple, CompiledGraph] = {}
+
+
+def compile(g, target: str = "sm_90", out_dir: str | None = None,
+            options: Options | None = None) -> CompiledGraph:
+    """Lower `g` to PTX and write a bundle directory (default: a cache directory keyed by
+    the graph hash and target). Returns a `CompiledGraph`."""
+    from ..runtime.bundle import write_bundle
+
+    key = (id(g), target, repr(options))
+    low, ptx = to_ptx(g, target, options)
+    if out_dir is None:
+        root = os.environ.get("MIRAGE_CACHE", os.path.join(tempfile.gettempdir(), "mirage-bundles"))
+        out_dir = os.path.join(root, f"{low.name}-{low.graph_hash}-{target}")
+    os.makedirs(out_dir, exist_ok=True)
+    fname = f"{low.name}.ptx"
+    manifest = {
+        "format": "mirage-bundle", "version": 1, "graph_hash": low.graph_hash, "target": target,
+        "inputs": low.inputs, "outputs": low.outputs, "buffers": low.buffers,
+        "kernels": [{"name": k["name"], "ptx": fname, "grid": k["grid"], "block": k["block"],
+                     "smem_bytes": k["smem_bytes"], "args": k["args"]} for k in low.kernels],
+    }
+    write_bundle(out_dir, manifest, {fname: ptx})
+    cg = CompiledGraph(out_dir, low, ptx, target)
+    _CACHE[key] = cg
+    return cg
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+def _gpu_available() -> bool:
+    try:
+        import torch  # noqa: F401
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        try:
+            from cuda.bindings import driver as d
+
+            err, = d.cuInit(0)[:1]
+            if int(err) != 0:
+                return False
+            err, n = d.cuDeviceGetCount()
+            return int(err) == 0 and n > 0
+        except Exception:
+            return False
+
+
+def call(g, inputs, target: str = "sm_90", **kw):
+    """Run μGraph `g` on `inputs` (CUDA tensors) from compiled PTX; returns the outputs.
+    Raises a clear error on a machine without a GPU."""
+    if not _gpu_available():
+        raise RuntimeError(
+            f"no CUDA GPU is available to run μGraph '{g.name}': calling a graph runs its compiled "
+            f"PTX kernels on a GPU. On this machine use g.evaluate(inputs) (the reference "
+            f"interpreter, numpy) or g.compile(target) to produce a kernel bundle for a GPU machine.")
+    key = (id(g), target, None)
+    cg = _CACHE.get(key) or compile(g, target)
+    inputs = list(inputs or [])
+    return cg(*inputs, **{k: v for k, v in kw.items() if k in ("stream", "out")})

@@ -1,0 +1,830 @@
+"""Lowering of one graph-defined kernel (a block graph) to a `gpu.func`.
+
+Layout of the generated kernel (one thread block = one block of the μGraph's grid):
+
+- every tile of the block graph lives in dynamic shared memory, row-major with a
+  padded row (`ld`) where it feeds the tensor cores; accumulators that are not in
+  registers keep an f32 copy there;
+- input iterators are 16-byte `cp.async` copies (`nvgpu.device_async_copy`), consecutive
+  threads taking consecutive 16-byte chunks (coalesced); loop-varying inputs are
+  prefetched `stages - 1` iterations ahead into a ring of `stages` buffers (double
+  buffering or deeper), loop-invariant inputs are loaded once before the loop; tiles
+  that cannot be copied in 16-byte pieces fall back to element copies;
+- `tb.matmul` on f16/bf16 tiles (K % 16 == 0, N % 8 == 0) runs on the tensor cores:
+  `nvgpu.ldmatrix` + `nvgpu.mma.sync` m16n8k16 with f32 accumulation, warps splitting
+  the 16x8 output tiles; a matmul whose only use is a `none` accumulator keeps its
+  fragments in registers across the whole for-loop;
+- reductions over the last dim (reduction, rms_norm, the sum/mean/rms accumulators) use
+  one warp per row and `gpu.shuffle xor`; every other op is an element loop (thread t
+  computes elements t, t + nthreads, ...) in f32, rounded to the tile's type on store;
+- thread graphs are one fused element loop (registers only);
+- output savers copy the tile to device memory, 16 bytes per thread where possible.
+
+A `gpu.barrier` separates ops that communicate through shared memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+from ..core import ops as O
+from ..core.graph import GraphError, Op, STensor, TBGraph
+from . import scalar
+from .emitter import SMEM, Emitter, Idx
+
+
+class LoweringError(GraphError):
+    """A μGraph that this lowering cannot turn into a GPU kernel (the message says why)."""
+
+
+ALIGN = 128
+
+
+@dataclass
+class Tile:
+    shape: tuple
+    elt: str  # f16 | bf16 | f32
+    itemsize: int
+    ld: int = 0
+    rows_alloc: int = 0
+    stages: int = 1
+    offset: int = 0  # bytes in dynamic shared memory
+
+    def __post_init__(self):
+        if not self.ld:
+            self.ld = self.cols
+        if not self.rows_alloc:
+            self.rows_alloc = self.rows
+
+    @property
+    def cols(self) -> int:
+        return self.shape[-1] if self.shape else 1
+
+    @property
+    def rows(self) -> int:
+        return prod(self.shape[:-1]) if self.shape else 1
+
+    @property
+    def elems(self) -> int:
+        return self.rows_alloc * self.ld
+
+    @property
+    def stage_bytes(self) -> int:
+        return -(-self.elems * self.itemsize // ALIGN) * ALIGN
+
+    @property
+    def bytes(self) -> int:
+        return self.stage_bytes * self.stages
+
+    @property
+    def mtype(self) -> str:
+        return f"memref<{self.elems}x{self.elt}, {SMEM}>"
+
+    @property
+    def mtype2d(self) -> str:
+        return f"memref<{self.rows_alloc}x{self.ld}x{self.elt}, {SMEM}>"
+
+    def offset_of(self, e: Emitter, coords) -> Idx:
+        if not self.shape:
+            return 0
+        row = e.dot(coords[:-1], _row_major(self.shape[:-1]))
+        return e.add(e.mul(row, self.ld), coords[-1])
+
+
+def _row_major(shape):
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+@dataclass
+class GlobalArg:
+    name: str  # SSA name of the kernel argument
+    shape: tuple
+    strides: tuple
+    elt: str
+    itemsize: int
+
+    @property
+    def span(self) -> int:
+        return 1 + sum((d - 1) * s for d, s in zip(self.shape, self.strides))
+
+    @property
+    def mtype(self) -> str:
+        return f"memref<{self.span}x{self.elt}>"
+
+
+@dataclass
+class Options:
+    tensor_cores: bool = True
+    async_copy: bool = True
+    stages: int = 4  # ring depth for loop-varying inputs (>= 2: prefetch)
+    smem_capacity: int = 227 * 1024
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    grid: tuple
+    block: tuple
+    smem_bytes: int
+    text: str
+    notes: dict = field(default_factory=dict)
+
+
+def _split_axes(rank, dmap, loop_dim):
+    per_dim = [[] for _ in range(rank)]
+    for axis, d in enumerate(tuple(dmap) + (loop_dim,)):
+        if d != -1:
+            per_dim[d].append(axis)
+    return per_dim
+
+
+class BlockLowering:
+    def __init__(self, tb: TBGraph, name: str, ins: list[GlobalArg], outs: list[GlobalArg], opts: Options):
+        self.tb, self.name, self.ins, self.outs, self.opts = tb, name, ins, outs, opts
+        self.e = Emitter()
+        self.nthreads = prod(tb.block_dim)
+        self.R = tb.forloop_range
+        self.lead = tuple(tb.grid_dim) + (self.R,)
+        self.tiles: dict[int, Tile] = {}
+        self.views: dict[int, str] = {}
+        self.views2d: dict[int, str] = {}
+        self.scratch: dict[int, Tile] = {}  # accumulator op output id -> f32 scratch
+        self.scratch_views: dict[int, str] = {}
+        self.mma_ops: set[int] = set()  # id(op) of matmuls on tensor cores
+        self.reg_acc: dict[int, Op] = {}  # id(accum op) -> matmul op whose fragments it keeps
+        self.notes: dict = {"mma": 0, "cp_async_inputs": 0, "stages": 1, "warp_reductions": 0}
+
+    # ------------------------------------------------------------------ planning
+    def _consumers(self):
+        cons: dict[int, list] = {}
+        for op in self.tb.ops:
+            for t in op.inputs:
+                cons.setdefault(id(t), []).append(op)
+        return cons
+
+    def _mma_ok(self, op: Op) -> bool:
+        if not self.opts.tensor_cores or self.nthreads % 32:
+            return False
+        a, b = op.inputs
+        if a.dtype.mlir not in ("f16", "bf16") or b.dtype != a.dtype:
+            return False
+        if prod(a.shape[:-2]) != 1 or prod(b.shape[:-2]) != 1:
+            return False
+        K, N = a.shape[-1], b.shape[-1]
+        return K % 16 == 0 and N % 8 == 0
+
+    def plan(self):
+        tb = self.tb
+        cons = self._consumers()
+        out_ids = {id(o.stensor) for o in tb.outputs}
+        a_ops, b_ops = set(), set()
+        for op in tb.ops:
+            if op.kind == "matmul" and self._mma_ok(op):
+                self.mma_ops.add(id(op))
+                a_ops.add(id(op.inputs[0]))
+                b_ops.add(id(op.inputs[1]))
+                c = cons.get(id(op.outputs[0]), [])
+                if (len(c) == 1 and c[0].kind == "forloop_accum" and c[0].attrs["kind"] == "none"
+                        and id(op.outputs[0]) not in out_ids):
+                    self.reg_acc[id(c[0])] = op
+        reg_mm_out = {id(m.outputs[0]) for m in self.reg_acc.values()}
+
+        def mk(t: STensor) -> Tile:
+            tl = Tile(tuple(t.shape), t.dtype.mlir, t.dtype.itemsize)
+            if id(t) in a_ops or id(t) in b_ops:
+                tl.ld = tl.cols + 8
+            if id(t) in a_ops:
+                tl.rows_alloc = -(-tl.rows // 16) * 16
+            return tl
+
+        for rec in tb.inputs:
+            self.tiles[id(rec.stensor)] = mk(rec.stensor)
+        for op in tb.ops:
+            for t in op.outputs:
+                if id(t) in reg_mm_out:
+                    continue
+                self.tiles[id(t)] = mk(t)
+            if op.kind == "forloop_accum" and id(op) not in self.reg_acc:
+                self.scratch[id(op)] = Tile(tuple(op.outputs[0].shape), "f32", 4)
+            if op.kind == "rms_norm":
+                self.scratch[id(op)] = Tile((op.inputs[0].shape and prod(op.inputs[0].shape[:-1]) or 1,),
+                                            "f32", 4)
+        # which inputs are copied asynchronously, and how deep the ring is
+        self.async_in = {}
+        for k, rec in enumerate(tb.inputs):
+            self.async_in[k] = self._vec_copy(rec, self.ins[k])
+        varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1 and self.async_in[k]]
+        base = sum(t.bytes for t in self.tiles.values()) + sum(t.bytes for t in self.scratch.values())
+        stage_extra = sum(self.tiles[id(tb.inputs[k].stensor)].stage_bytes for k in varying)
+        S = 1
+        if varying and self.R > 1 and self.opts.stages > 1:
+            S = min(self.opts.stages, self.R)
+            while S > 1 and base + (S - 1) * stage_extra > self.opts.smem_capacity:
+                S -= 1
+        self.S = S
+        for k in varying:
+            self.tiles[id(tb.inputs[k].stensor)].stages = S
+        self.varying_async = varying
+        self.notes["stages"] = S
+        self.notes["cp_async_inputs"] = sum(1 for v in self.async_in.values() if v)
+        # offsets
+        off = 0
+        for t in list(self.tiles.values()) + list(self.scratch.values()):
+            t.offset = off
+            off += t.bytes
+        self.smem = off
+        if off > self.opts.smem_capacity:
+            raise LoweringError(f"[smem] kernel {self.name}: the block graph's tiles need {off} bytes of "
+                                f"shared memory with this lowering (padding, f32 accumulators, {S} stages), "
+                                f"more than the capacity {self.opts.smem_capacity}")
+
+    def _vec_copy(self, rec, g: GlobalArg) -> int:
+        """Elements per 16-byte chunk if the input tile can be copied with cp.async, else 0."""
+        if not self.opts.async_copy:
+            return 0
+        vec = 16 // g.itemsize
+        tile = rec.stensor.shape
+        if g.strides[-1] != 1 or tile[-1] % vec:
+            return 0
+        if any(s % vec for s in g.strides[:-1]):
+            return 0
+        return vec
+
+    # ------------------------------------------------------------------ helpers
+    def view(self, t: STensor) -> str:
+        return self.views[id(t)]
+
+    def _make_view(self, tile: Tile, byte_off: Idx, two_d: bool = False) -> str:
+        e = self.e
+        ty = tile.mtype2d if two_d else tile.mtype
+        return e.op(f"memref.view {self.smem_base}[{e.idx(byte_off)}][] : memref<?xi8, {SMEM}> to {ty}", "m")
+
+    def read(self, t: STensor, coords, out_shape) -> str:
+        """f32 value of tile `t` at the broadcast of output coordinates `coords`."""
+        tile = self.tiles[id(t)]
+        r, R = len(t.shape), len(out_shape)
+        cs = list(coords[R - r:])
+        cs = [0 if n == 1 else c for c, n in zip(cs, t.shape)]
+        return self.e.load(self.view(t), tile.mtype, tile.offset_of(self.e, cs), tile.elt)
+
+    def write(self, t: STensor, coords, v: str) -> None:
+        tile = self.tiles[id(t)]
+        self.e.store(v, self.view(t), tile.mtype, tile.offset_of(self.e, coords), tile.elt)
+
+    def elementwise(self, shape, body) -> None:
+        """Thread t handles elements t, t + nthreads, ... of `shape`; body(coords)."""
+        e = self.e
+        n = prod(shape) if shape else 1
+        with e.for_(self.tid, n, self.nthreads) as i:
+            body(e.delinearize(i, shape))
+
+    def warp_rows(self, rows: int, length: int, value, combine: str, finish) -> None:
+        """One warp per row: value(row, j) -> f32 over j < length, combined across the
+        row with `combine` (addf | maximumf) through shuffles; finish(row, v) in lane 0."""
+        e = self.e
+        nw = self.nthreads // 32
+        init = e.f32(0.0 if combine == "addf" else float("-inf"))
+        self.notes["warp_reductions"] += 1
+        with e.for_(self.warp, rows, nw) as r:
+            j, args, res, close = e.for_iter(self.lane, length, 32, [(init, "f32")])
+            close([e.fbin(combine, args[0], value(r, j))])
+            v = res[0]
+            for s in (16, 8, 4, 2, 1):
+                sh = e.fresh("s")
+                ok = e.fresh("ok")
+                e.line(f"{sh}, {ok} = gpu.shuffle xor {v}, {e.const(s, 'i32')}, {e.const(32, 'i32')} : f32")
+                v = e.fbin(combine, v, sh)
+            with e.if_(e.cmp("eq", self.lane, 0)):
+                finish(r, v)
+
+    def row_coords(self, r: Idx, shape) -> list:
+        return self.e.delinearize(r, shape[:-1]) if len(shape) > 1 else []
+
+    # ------------------------------------------------------------------ global <-> tile
+    def _bases(self, shape, tile, dmap, loop_dim):
+        """Per tensor dim: (block part of the coordinate, loop coefficient)."""
+        per = _split_axes(len(shape), dmap, loop_dim)
+        e = self.e
+        blocks = [self.bx, self.by, self.bz]
+        out = []
+        for d, axes in enumerate(per):
+            base: Idx = 0
+            loop_coef = 0
+            for j, a in enumerate(axes):
+                inner = prod(self.lead[b] for b in axes[j + 1:]) * tile[d]
+                if a == 3:
+                    loop_coef = inner
+                else:
+                    base = e.add(base, e.mul(blocks[a], inner))
+            out.append((base, loop_coef))
+        return out
+
+    def _global_base(self, g: GlobalArg, tile_shape, dmap, loop_dim):
+        bases = self._bases(g.shape, tile_shape, dmap, loop_dim)
+        e = self.e
+        blk = e.dot([b for b, _ in bases], g.strides)
+        it = sum(c * s for (_, c), s in zip(bases, g.strides))
+        return blk, it
+
+    def load_input(self, k: int, it: Idx, stage: Idx | None):
+        """Issue the copies of input k for iteration `it` into ring slot `stage`."""
+        e = self.e
+        rec = self.tb.inputs[k]
+        g = self.ins[k]
+        tile = self.tiles[id(rec.stensor)]
+        shape = rec.stensor.shape
+        blk, itc = self.in_base[k]
+        base = e.add(blk, e.mul(it, itc)) if itc else blk
+        view = self.views[id(rec.stensor)] if stage is None else self._make_view(
+            tile, e.add(tile.offset, e.mul(stage, tile.stage_bytes)))
+        vec = self.async_in[k]
+        if vec:
+            cpr = shape[-1] // vec
+            n = tile.rows * cpr
+            with e.for_(self.tid, n, self.nthreads) as c:
+                row = e.div(c, cpr)
+                col = e.mul(e.rem(c, cpr), vec)
+                rc = e.delinearize(row, shape[:-1])
+                goff = e.add(base, e.add(e.dot(rc, g.strides[:-1]), col))
+                soff = e.add(e.mul(row, tile.ld), col)
+                tok = e.fresh("tok")
+                bypass = " {bypassL1}" if vec * g.itemsize == 16 else ""
+                e.line(f"{tok} = nvgpu.device_async_copy {g.name}[{e.idx(goff)}], {view}[{e.idx(soff)}], "
+                       f"{vec}{bypass} : {g.mtype} to {tile.mtype}")
+        else:
+            def body(cs):
+                goff = e.add(base, e.dot(cs, g.strides))
+                v = e.load(g.name, g.mtype, goff, g.elt)
+                e.store(v, view, tile.mtype, tile.offset_of(e, cs), tile.elt)
+            self.elementwise(shape, body)
+
+    def save_output(self, k: int, it: Idx) -> None:
+        e = self.e
+        rec = self.tb.outputs[k]
+        g = self.outs[k]
+        t = rec.stensor
+        tile = self.tiles[id(t)]
+        blk, itc = self.out_base[k]
+        base = e.add(blk, e.mul(it, itc)) if itc else blk
+        shape = t.shape
+        vec = 16 // g.itemsize
+        if shape and shape[-1] % vec == 0 and tile.ld % vec == 0:
+            cpr = shape[-1] // vec
+            with e.for_(self.tid, tile.rows * cpr, self.nthreads) as c:
+                row = e.div(c, cpr)
+                col = e.mul(e.rem(c, cpr), vec)
+                rc = e.delinearize(row, shape[:-1])
+                goff = e.add(base, e.add(e.dot(rc, g.strides[:-1]), col))
+                soff = e.add(e.mul(row, tile.ld), col)
+                vt = f"vector<{vec}x{g.elt}>"
+                v = e.op(f"vector.load {self.view(t)}[{e.idx(soff)}] {{alignment = 16}} : {tile.mtype}, {vt}", "vv")
+                e.line(f"vector.store {v}, {g.name}[{e.idx(goff)}] {{alignment = 16}} : {g.mtype}, {vt}")
+        else:
+            def body(cs):
+                v = self.read(t, cs, shape)
+                e.store(v, g.name, g.mtype, e.add(base, e.dot(cs, g.strides)), g.elt)
+            self.elementwise(shape, body)
+
+    # ------------------------------------------------------------------ ops
+    def emit_op(self, op: Op) -> bool:
+        """Emit a pre- or post-loop compute op; returns whether it wrote shared memory."""
+        e = self.e
+        k = op.kind
+        out = op.outputs[0] if op.outputs else None
+        if k == "matmul":
+            if id(op) in self.mma_ops:
+                frags = self.mma(op, None)
+                self.store_frags(op, frags, out)
+            else:
+                self.matmul_generic(op)
+            return True
+        if k in scalar.BINARY or k in scalar.UNARY or k == "constant":
+            def body(cs):
+                args = [self.read(t, cs, out.shape) for t in op.inputs]
+                self.write(out, cs, scalar.apply(e, k, args, op.attrs))
+            self.elementwise(out.shape, body)
+            return True
+        if k == "thread_graph":
+            self.thread_graph(op)
+            return True
+        if k in ("reduction", "reduce_max"):
+            self.reduction(op, "addf" if k == "reduction" else "maximumf")
+            return True
+        if k == "reduction_to_dimx":
+            a = op.inputs[0]
+            dimx = op.attrs["dimx"]
+            L = a.shape[-1]
+
+            def body(cs):
+                j, args, res, close = e.for_iter(0, L // dimx, 1, [(e.f32(0.0), "f32")])
+                close([e.fbin("addf", args[0], self.read(a, list(cs[:-1]) + [e.add(e.mul(j, dimx), cs[-1])], a.shape))])
+                self.write(out, cs, res[0])
+            self.elementwise(out.shape, body)
+            return True
+        if k == "rms_norm":
+            a = op.inputs[0]
+            sc = self.scratch[id(op)]
+            sv = self.scratch_views[id(op)]
+            L = a.shape[-1]
+            self.rowwise(a, "addf", True,
+                         lambda r, v: e.store(e.op(f"math.sqrt {e.fbin('divf', v, e.f32(float(L)))} : f32", "f"),
+                                              sv, sc.mtype, r, "f32"))
+            e.barrier()
+
+            def body(cs):
+                row = e.dot(cs[:-1], _row_major(a.shape[:-1]))
+                self.write(out, cs, e.fbin("divf", self.read(a, cs, a.shape), e.load(sv, sc.mtype, row, "f32")))
+            self.elementwise(out.shape, body)
+            return True
+        if k == "concat":
+            self.concat(op)
+            return True
+        if k in ("reshape", "transpose", "repeat"):
+            a = op.inputs[0]
+
+            def body(cs):
+                if k == "reshape":
+                    lin = e.dot(cs, _row_major(out.shape))
+                    src = e.delinearize(lin, a.shape)
+                elif k == "transpose":
+                    src = [None] * len(cs)
+                    for j, p in enumerate(op.attrs["permutation"]):
+                        src[p] = cs[j]
+                else:
+                    src = [e.rem(c, n) for c, n in zip(cs, a.shape)]
+                self.write(out, cs, self.read(a, src, a.shape))
+            self.elementwise(out.shape, body)
+            return True
+        raise LoweringError(f"[lowering] block-graph operator '{k}' has no GPU lowering")
+
+    def rowwise(self, a: STensor, combine: str, square: bool, finish) -> None:
+        """Reduce each row (last dim) of tile `a`; finish(row_index, f32)."""
+        e = self.e
+        L = a.shape[-1]
+        rows = prod(a.shape[:-1])
+
+        def value(r, j):
+            x = self.read(a, self.row_coords(r, a.shape) + [j], a.shape)
+            return e.fbin("mulf", x, x) if square else x
+
+        if self.nthreads % 32 == 0:
+            self.warp_rows(rows, L, value, combine, finish)
+        else:
+            init = e.f32(0.0 if combine == "addf" else float("-inf"))
+            with e.for_(self.tid, rows, self.nthreads) as r:
+                j, args, res, close = e.for_iter(0, L, 1, [(init, "f32")])
+                close([e.fbin(combine, args[0], value(r, j))])
+                finish(r, res[0])
+
+    def reduction(self, op: Op, combine: str) -> None:
+        e = self.e
+        a, out = op.inputs[0], op.outputs[0]
+        d = op.attrs["dim"] % len(a.shape)
+        if d == len(a.shape) - 1:
+            otile = self.tiles[id(out)]
+            self.rowwise(a, combine, False, lambda r, v: e.store(
+                v, self.view(out), otile.mtype, e.mul(r, otile.ld), otile.elt))
+            return
+        init = e.f32(0.0 if combine == "addf" else float("-inf"))
+
+        def body(cs):
+            j, args, res, close = e.for_iter(0, a.shape[d], 1, [(init, "f32")])
+            src = list(cs)
+            src[d] = j
+            close([e.fbin(combine, args[0], self.read(a, src, a.shape))])
+            self.write(out, cs, res[0])
+        self.elementwise(out.shape, body)
+
+    def concat(self, op: Op) -> None:
+        e = self.e
+        a, b = op.inputs
+        out = op.outputs[0]
+        d = op.attrs["dim"] % len(out.shape)
+        na = a.shape[d]
+
+        def body(cs):
+            p = e.cmp("ult", cs[d], na)
+            r = e.fresh("sel")
+            e.line(f"{r} = scf.if {p} -> (f32) {{")
+            e.depth += 1
+            va = self.read(a, cs, out.shape)
+            e.line(f"scf.yield {va} : f32")
+            e.depth -= 1
+            e.line("} else {")
+            e.depth += 1
+            cb = list(cs)
+            cb[d] = e.op(f"arith.subi {e.idx(cs[d])}, {e.idx(na)} : index", "x")
+            vb = self.read(b, cb, out.shape)
+            e.line(f"scf.yield {vb} : f32")
+            e.depth -= 1
+            e.line("}")
+            self.write(out, cs, r)
+        self.elementwise(out.shape, body)
+
+    def thread_graph(self, op: Op) -> None:
+        e = self.e
+        th = op.body
+        out_shape = op.outputs[0].shape
+
+        def body(cs):
+            env = {id(s): self.read(t, cs, out_shape) for s, t in zip(th.inputs, op.inputs)}
+            for o in th.ops:
+                env[id(o.outputs[0])] = scalar.apply(e, o.kind, [env[id(x)] for x in o.inputs], o.attrs)
+            for s, t in zip(th.outputs, op.outputs):
+                self.write(t, cs, env[id(s)])
+        self.elementwise(out_shape, body)
+
+    def matmul_generic(self, op: Op) -> None:
+        e = self.e
+        a, b = op.inputs
+        out = op.outputs[0]
+        K = a.shape[-1]
+
+        def body(cs):
+            k, args, res, close = e.for_iter(0, K, 1, [(e.f32(0.0), "f32")])
+            va = self.read(a, list(cs[:-1]) + [k], a.shape)
+            vb = self.read(b, list(cs[:-2]) + [k, cs[-1]], b.shape)
+            close([e.op(f"math.fma {va}, {vb}, {args[0]} : f32", "f")])
+            self.write(out, cs, res[0])
+        self.elementwise(out.shape, body)
+
+    # ------------------------------------------------------------------ tensor cores
+    def mma_geometry(self, op: Op):
+        a, b = op.inputs
+        M, K, N = prod(a.shape[:-1]), a.shape[-1], b.shape[-1]
+        MT, NT = -(-M // 16), N // 8
+        T = MT * NT
+        nw = self.nthreads // 32
+        tpw = -(-T // nw)
+        return M, K, N, MT, NT, T, tpw
+
+    def _frag_tiles(self, op: Op):
+        e = self.e
+        M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
+        res = []
+        for j in range(tpw):
+            t = e.add(e.mul(self.warp, tpw), j)
+            tc = e.minui(t, T - 1)
+            res.append((t, e.div(tc, NT), e.rem(tc, NT)))
+        return res
+
+    def mma(self, op: Op, acc: list[str] | None) -> list[str]:
+        """C (+)= A @ B on the tensor cores; returns this warp's fragments."""
+        e = self.e
+        self.notes["mma"] += 1
+        a, b = op.inputs
+        M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
+        ta, tb_ = self.tiles[id(a)], self.tiles[id(b)]
+        va, vb = self.views2d[id(a)], self.views2d[id(b)]
+        elt = ta.elt
+        tiles = self._frag_tiles(op)
+        zero = e.const("0.000000e+00", "vector<2x2xf32>")
+        init = acc or [zero] * tpw
+        ks, args, res, close = e.for_iter(0, K // 16, 1, [(f, "vector<2x2xf32>") for f in init])
+        k0 = e.mul(ks, 16)
+        arow = e.rem(self.lane, 16)
+        acol = e.add(k0, e.mul(e.div(self.lane, 16), 8))
+        brow = e.add(k0, arow)
+        outs = []
+        for (t, mt, nt), c in zip(tiles, args):
+            fa = e.op(f"nvgpu.ldmatrix {va}[{e.idx(e.add(e.mul(mt, 16), arow))}, {e.idx(acol)}] "
+                      f"{{numTiles = 4 : i32, transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa")
+            fb = e.op(f"nvgpu.ldmatrix {vb}[{e.idx(brow)}, {e.idx(e.mul(nt, 8))}] "
+                      f"{{numTiles = 2 : i32, transpose = true}} : {tb_.mtype2d} -> vector<2x2x{elt}>", "fb")
+            outs.append(e.op(f"nvgpu.mma.sync({fa}, {fb}, {c}) {{mmaShape = [16, 8, 16]}} : "
+                             f"(vector<4x2x{elt}>, vector<2x2x{elt}>, vector<2x2xf32>) -> vector<2x2xf32>", "acc"))
+        close(outs)
+        return res
+
+    def store_frags(self, op: Op, frags: list[str], out: STensor, scale=None) -> None:
+        """Write this warp's C fragments (rows < M) to tile `out`."""
+        e = self.e
+        M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
+        tile = self.tiles[id(out)]
+        g = e.div(self.lane, 4)
+        c0 = e.mul(e.rem(self.lane, 4), 2)
+        for (t, mt, nt), f in zip(self._frag_tiles(op), frags):
+            valid = e.cmp("ult", t, T) if tpw * (self.nthreads // 32) > T else None
+            ctx = e.if_(valid) if valid else None
+            if ctx:
+                ctx.__enter__()
+            for h in (0, 1):
+                row = e.add(e.add(e.mul(mt, 16), g), 8 * h)
+                ok = e.cmp("ult", row, M) if MT * 16 > M else None
+                ctx2 = e.if_(ok) if ok else None
+                if ctx2:
+                    ctx2.__enter__()
+                for q in (0, 1):
+                    v = e.op(f"vector.extract {f}[{h}, {q}] : f32 from vector<2x2xf32>", "f")
+                    if scale is not None:
+                        v = scale(v)
+                    col = e.add(e.add(e.mul(nt, 8), c0), q)
+                    e.store(v, self.view(out), tile.mtype, e.add(e.mul(row, tile.ld), col), tile.elt)
+                if ctx2:
+                    ctx2.__exit__(None, None, None)
+            if ctx:
+                ctx.__exit__(None, None, None)
+
+    # ------------------------------------------------------------------ accumulators
+    def accum_update(self, op: Op) -> None:
+        e = self.e
+        kind = op.attrs["kind"]
+        x = op.inputs[0]
+        sc = self.scratch[id(op)]
+        sv = self.scratch_views[id(op)]
+        if kind in ("none", "max"):
+            comb = "addf" if kind == "none" else "maximumf"
+
+            def body(cs):
+                off = e.dot(cs, _row_major(sc.shape))
+                e.store(e.fbin(comb, e.load(sv, sc.mtype, off, "f32"), self.read(x, cs, x.shape)), sv, sc.mtype, off, "f32")
+            self.elementwise(x.shape, body)
+        elif kind in ("sum", "mean", "rms"):
+            def fin(r, v):
+                e.store(e.fbin("addf", e.load(sv, sc.mtype, r, "f32"), v), sv, sc.mtype, r, "f32")
+            self.rowwise(x, "addf", kind == "rms", fin)
+        elif kind == "sum_todimx":
+            dimx = self.tb.reduction_dimx
+            L = x.shape[-1]
+
+            def body(cs):
+                j, args, res, close = e.for_iter(0, L // dimx, 1, [(e.f32(0.0), "f32")])
+                close([e.fbin("addf", args[0], self.read(x, list(cs[:-1]) + [e.add(e.mul(j, dimx), cs[-1])], x.shape))])
+                off = e.dot(cs, _row_major(sc.shape))
+                e.store(e.fbin("addf", e.load(sv, sc.mtype, off, "f32"), res[0]), sv, sc.mtype, off, "f32")
+            self.elementwise(sc.shape, body)
+        else:
+            raise LoweringError(f"[lowering] accumulator '{kind}' has no GPU lowering")
+
+    def accum_init(self, op: Op) -> None:
+        e = self.e
+        sc = self.scratch[id(op)]
+        sv = self.scratch_views[id(op)]
+        v = e.f32(float("-inf") if op.attrs["kind"] == "max" else 0.0)
+        self.elementwise(sc.shape, lambda cs: e.store(v, sv, sc.mtype, e.dot(cs, _row_major(sc.shape)), "f32"))
+
+    def accum_finish(self, op: Op) -> None:
+        e = self.e
+        kind = op.attrs["kind"]
+        sc = self.scratch[id(op)]
+        sv = self.scratch_views[id(op)]
+        out = op.outputs[0]
+        count = float(self.R * op.inputs[0].shape[-1])
+
+        def body(cs):
+            v = e.load(sv, sc.mtype, e.dot(cs, _row_major(sc.shape)), "f32")
+            if kind == "mean":
+                v = e.fbin("divf", v, e.f32(count))
+            elif kind == "rms":
+                v = e.op(f"math.sqrt {e.fbin('divf', v, e.f32(count))} : f32", "f")
+            self.write(out, cs, v)
+        self.elementwise(out.shape, body)
+
+    # ------------------------------------------------------------------ the kernel
+    def lower(self) -> KernelInfo:
+        self.plan()
+        e = self.e
+        tb = self.tb
+        bx, by, bz = tb.block_dim
+        # prologue: ids, shared memory, views
+        tx = e.op("gpu.thread_id x", "tid")
+        tid: Idx = tx
+        if by > 1 or bz > 1:
+            ty = e.op("gpu.thread_id y", "tid")
+            tz = e.op("gpu.thread_id z", "tid")
+            tid = e.add(tx, e.mul(bx, e.add(ty, e.mul(by, tz))))
+        self.tid = tid
+        self.warp = e.div(tid, 32)
+        self.lane = e.rem(tid, 32)
+        g = tb.grid_dim
+        self.bx = e.op("gpu.block_id x", "bid") if g[0] > 1 else 0
+        self.by = e.op("gpu.block_id y", "bid") if g[1] > 1 else 0
+        self.bz = e.op("gpu.block_id z", "bid") if g[2] > 1 else 0
+        self.smem_base = e.op(f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>", "smem")
+        staged = {id(tb.inputs[k].stensor) for k in self.varying_async} if self.S > 1 else set()
+        for tid_, tile in self.tiles.items():
+            if tid_ in staged:
+                continue
+            self.views[tid_] = self._make_view(tile, tile.offset)
+        for oid, tile in self.scratch.items():
+            self.scratch_views[oid] = self._make_view(tile, tile.offset)
+        for op in tb.ops:
+            if id(op) in self.mma_ops:
+                for t in op.inputs:
+                    if id(t) not in staged:
+                        self.views2d[id(t)] = self._make_view(self.tiles[id(t)], self.tiles[id(t)].offset, True)
+        self.in_base = [self._global_base(self.ins[k], rec.stensor.shape, rec.imap, rec.forloop_dim)
+                        for k, rec in enumerate(tb.inputs)]
+        self.out_base = [self._global_base(self.outs[k], rec.stensor.shape, rec.omap, rec.forloop_dim)
+                         for k, rec in enumerate(tb.outputs)]
+
+        counts = tb.accum_counts(varying_only=False)
+        post = set()
+        for op in tb.ops:
+            if op.kind != "forloop_accum" and any((counts.get(id(t)) or (0, 0))[1] >= 1 for t in op.outputs):
+                post.add(id(op))
+        accs = [op for op in tb.ops if op.kind == "forloop_accum"]
+        pre_ops = [op for op in tb.ops if op.kind != "forloop_accum" and id(op) not in post]
+        post_ops = [op for op in tb.ops if id(op) in post]
+
+        # accumulator init, loop-invariant inputs
+        for op in accs:
+            if id(op) not in self.reg_acc:
+                self.accum_init(op)
+        inv = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim == -1]
+        for k in inv:
+            self.load_input(k, 0, None)
+        if any(self.async_in[k] for k in inv):
+            e.line("nvvm.cp.async.commit.group")
+            e.line("nvvm.cp.async.wait.group 0")
+        e.barrier()
+
+        # prologue of the ring: iterations 0 .. S-2
+        S = self.S
+        if S > 1:
+            for s in range(S - 1):
+                if s < self.R:
+                    for k in self.varying_async:
+                        self.load_input(k, s, s)
+                e.line("nvvm.cp.async.commit.group")
+
+        reg_inits = []
+        reg_ops = [op for op in accs if id(op) in self.reg_acc]
+        zero = e.const("0.000000e+00", "vector<2x2xf32>")
+        for op in reg_ops:
+            reg_inits += [(zero, "vector<2x2xf32>")] * self.mma_geometry(self.reg_acc[id(op)])[-1]
+        it, args, res, close = e.for_iter(0, self.R, 1, reg_inits or [(e.f32(0.0), "f32")])
+        # loads of this iteration
+        if S > 1:
+            nxt = e.add(it, S - 1)
+            with e.if_(e.cmp("ult", nxt, self.R)):
+                for k in self.varying_async:
+                    self.load_input(k, nxt, e.rem(nxt, S))
+            e.line("nvvm.cp.async.commit.group")
+            e.line(f"nvvm.cp.async.wait.group {S - 1}")
+            slot = e.rem(it, S)
+            for k in self.varying_async:
+                t = tb.inputs[k].stensor
+                tile = self.tiles[id(t)]
+                boff = e.add(tile.offset, e.mul(slot, tile.stage_bytes))
+                self.views[id(t)] = self._make_view(tile, boff)
+                self.views2d[id(t)] = self._make_view(tile, boff, True)
+        sync_varying = [k for k, rec in enumerate(tb.inputs)
+                        if rec.forloop_dim != -1 and (S == 1 or k not in self.varying_async)]
+        for k in sync_varying:
+            self.load_input(k, it, None)
+        if S == 1 and any(self.async_in[k] for k in sync_varying):
+            e.line("nvvm.cp.async.commit.group")
+            e.line("nvvm.cp.async.wait.group 0")
+        e.barrier()
+        # compute
+        for op in pre_ops:
+            if id(op) in self.mma_ops and any(self.reg_acc.get(id(a)) is op for a in accs):
+                continue  # computed by its register accumulator below
+            self.emit_op(op)
+            e.barrier()
+        new_frags = []
+        pos = 0
+        for op in reg_ops:
+            mm = self.reg_acc[id(op)]
+            n = self.mma_geometry(mm)[-1]
+            new_frags += self.mma(mm, args[pos:pos + n])
+            pos += n
+        for op in accs:
+            if id(op) not in self.reg_acc:
+                self.accum_update(op)
+        for k, rec in enumerate(tb.outputs):
+            if rec.forloop_dim != -1:
+                e.barrier()
+                self.save_output(k, it)
+        e.barrier()
+        close(new_frags or [args[0]])
+
+        # after the loop
+        pos = 0
+        for op in accs:
+            if id(op) in self.reg_acc:
+                mm = self.reg_acc[id(op)]
+                n = self.mma_geometry(mm)[-1]
+                self.store_frags(mm, res[pos:pos + n], op.outputs[0])
+                pos += n
+            else:
+                self.accum_finish(op)
+        e.barrier()
+        for op in post_ops:
+            self.emit_op(op)
+            e.barrier()
+        for k, rec in enumerate(tb.outputs):
+            if rec.forloop_dim == -1:
+                self.save_output(k, 0)
+
+        args_sig = ", ".join(f"{a.name}: {a.mtype}" for a in self.ins + self.outs)
+        head = (f"gpu.func @{self.name}({args_sig}) kernel attributes "
+                f"{{known_block_size = array<i32: {bx}, {by}, {bz}>, "
+                f"known_grid_size = array<i32: {g[0]}, {g[1]}, {g[2]}>}} {{")
+        text = "\n".join(["    " + head] + e.text() + ["      gpu.return", "    }"])
+        return KernelInfo(self.name, tuple(g), tuple(tb.block_dim), self.smem, text, self.notes)
