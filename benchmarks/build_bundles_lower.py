@@ -6,7 +6,9 @@ Writes OUT_DIR/<bench>-bs<bs>-<variant>/ (manifest.json + PTX) and OUT_DIR/index
 listing them. Variants: `fused` (the hand-written fused μGraph, default lowering:
 tensor cores, cp.async ring), `generic` (the same μGraph with the simple lowering: no
 tensor cores, element copies), `reference` (the reference program, pre-defined ops),
-and `fused-s<N>` (ring depth N) for the two benchmarks we tune. The GPU scripts
+`nosplit` (the for-loop
+not split across blocks), and `fused-k<K>s<S>` (split K, ring depth S) for the two
+benchmarks we tune. The GPU scripts
 `benchmarks/gpu_check_lower.py` and `gpu_bench_lower.py` read the index.
 """
 from __future__ import annotations
@@ -30,9 +32,11 @@ def variants(name: str):
     yield "fused", "fused", Options()
     yield "generic", "fused", Options(tensor_cores=False, async_copy=False)
     yield "reference", "reference", Options()
+    yield "nosplit", "fused", Options(split=1)
     if name in ("rmsnorm_linear", "gated_mlp"):
-        for s in (2, 8):
-            yield f"fused-s{s}", "fused", Options(stages=s)
+        for k in (2, 4, 8):
+            for s in (2, 3, 4):
+                yield f"fused-k{k}s{s}", "fused", Options(split=k, stages=s)
 
 
 def main(argv=None):

@@ -134,21 +134,22 @@ def main(argv=None):
                 r["compile+graph"] = bench(graphed(lambda: cf(*xs)))
             except Exception as e:
                 print(f"torch.compile failed for {name}: {e!r}"[:300])
-        ours = [v for kk, v in r.items() if kk.startswith("ours[") and kk.endswith("+graph")]
-        r["best_ours_graph"] = min(ours) if ours else None
+        ours = {kk: v for kk, v in r.items() if kk.startswith("ours[") and kk.endswith("+graph")}
+        r["best_ours_graph"] = min(ours.values()) if ours else None
+        r["best_variant"] = min(ours, key=ours.get)[5:-7] if ours else None
         r["floor_us"] = nbytes / bw * 1e6
         rows.append(r)
         print(json.dumps({k2: (round(v, 2) if isinstance(v, float) else v) for k2, v in r.items()}), flush=True)
 
     dev = torch.cuda.get_device_name()
-    meta = (f"device: {dev}; date: {datetime.datetime.utcnow().isoformat(timespec='seconds')}Z; "
+    meta = (f"device: {dev}; date: {datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None).isoformat(timespec='seconds')}Z; "
             f"torch {torch.__version__}, CUDA {torch.version.cuda}, triton {triton.__version__}, "
             f"Python {platform.python_version()}; copy bandwidth {bw / 1e12:.2f} TB/s; "
             f"times: do_bench medians (µs), L2 flushed between runs")
     lines = [f"<!-- {meta} -->", "", meta, "",
              "| benchmark | bs | ours (launch) | ours (CUDA graph) | eager | torch.compile | compile+graph | "
-             "speedup vs best torch | memory floor | floor / ours | rel. err |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "speedup vs best torch | memory floor | floor / ours | rel. err | variant |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         launch = min((v for kk, v in r.items() if kk.startswith("ours[") and not kk.endswith("+graph")), default=None)
         og = r["best_ours_graph"]
@@ -158,7 +159,7 @@ def main(argv=None):
         lines.append(f"| {r['bench']} | {r['bs']} | {f(launch)} | {f(og)} | {f(r.get('eager'))} | "
                      f"{f(r.get('compile'))} | {f(r.get('compile+graph'))} | "
                      f"{best_t / og:.2f}× | {r['floor_us']:.1f} | {r['floor_us'] / og:.2f} | "
-                     f"{max(errs):.1e} |")
+                     f"{max(errs):.1e} | {r['best_variant']} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if a.md:

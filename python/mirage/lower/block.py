@@ -24,7 +24,7 @@ A `gpu.barrier` separates ops that communicate through shared memory.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 
 from ..core import ops as O
@@ -122,6 +122,32 @@ class Options:
     async_copy: bool = True
     stages: int = 4  # ring depth for loop-varying inputs (>= 2: prefetch)
     smem_capacity: int = 227 * 1024
+    split: int = 0  # blocks sharing one for-loop (split-K); 0 = choose (see choose_split)
+    sms: int = 132  # multiprocessors of the target (H100/H200 SXM)
+
+
+def split_ok(tb: TBGraph) -> bool:
+    """Whether the for-loop can be split across blocks: every output is saved after
+    the loop and at least one accumulator exists."""
+    if tb.forloop_range < 2 or any(o.forloop_dim != -1 for o in tb.outputs):
+        return False
+    return any(op.kind == "forloop_accum" for op in tb.ops)
+
+
+def choose_split(tb: TBGraph, opts: "Options") -> int:
+    """Split the for-loop when the grid has fewer blocks than two per multiprocessor:
+    the largest divisor s of the loop range with blocks * s <= 4 * SMs and at least two
+    iterations per block left (so the cp.async ring still prefetches)."""
+    if opts.split:
+        return opts.split if split_ok(tb) and tb.forloop_range % opts.split == 0 else 1
+    blocks = prod(tb.grid_dim)
+    if not split_ok(tb) or blocks >= 2 * opts.sms:
+        return 1
+    best = 1
+    for s in range(2, tb.forloop_range + 1):
+        if tb.forloop_range % s == 0 and blocks * s <= 4 * opts.sms and tb.forloop_range // s >= 2:
+            best = s
+    return best
 
 
 @dataclass
@@ -143,8 +169,17 @@ def _split_axes(rank, dmap, loop_dim):
 
 
 class BlockLowering:
-    def __init__(self, tb: TBGraph, name: str, ins: list[GlobalArg], outs: list[GlobalArg], opts: Options):
+    def __init__(self, tb: TBGraph, name: str, ins: list[GlobalArg], outs: list[GlobalArg], opts: Options,
+                 mode: str = "full", split: int = 1, ws: GlobalArg | None = None):
         self.tb, self.name, self.ins, self.outs, self.opts = tb, name, ins, outs, opts
+        self.mode, self.split, self.ws = mode, split, ws
+        self.ws_off: dict[int, int] = {}
+        off = 0
+        for op in tb.ops:
+            if op.kind == "forloop_accum":
+                self.ws_off[id(op)] = off
+                off += prod(op.outputs[0].shape) * split * prod(tb.grid_dim)
+        self.ws_size = off
         self.e = Emitter()
         self.nthreads = prod(tb.block_dim)
         self.R = tb.forloop_range
@@ -221,10 +256,17 @@ class BlockLowering:
         base = sum(t.bytes for t in self.tiles.values()) + sum(t.bytes for t in self.scratch.values())
         stage_extra = sum(self.tiles[id(tb.inputs[k].stensor)].stage_bytes for k in varying)
         S = 1
-        if varying and self.R > 1 and self.opts.stages > 1:
-            S = min(self.opts.stages, self.R)
-            while S > 1 and base + (S - 1) * stage_extra > self.opts.smem_capacity:
+        cap = self.opts.smem_capacity
+        R = self.R // (self.split if self.mode == "partial" else 1)
+        if self.mode == "partial":  # leave room for the co-resident blocks of the split
+            per_sm = -(-prod(tb.grid_dim) * self.split // self.opts.sms)
+            cap = min(cap, (228 * 1024) // per_sm - 1024)
+        if varying and R > 1 and self.opts.stages > 1:
+            S = min(self.opts.stages, R)
+            while S > 2 and base + (S - 1) * stage_extra > cap:
                 S -= 1
+            if base + (S - 1) * stage_extra > self.opts.smem_capacity:
+                S = 1
         self.S = S
         for k in varying:
             self.tiles[id(tb.inputs[k].stensor)].stages = S
@@ -686,10 +728,19 @@ class BlockLowering:
 
     # ------------------------------------------------------------------ the kernel
     def lower(self) -> KernelInfo:
+        """mode "full": the whole block graph in one kernel. With a split of the for-loop
+        over `split` blocks: mode "partial" runs iterations [p*R/s, (p+1)*R/s) and writes
+        the raw f32 accumulators to the workspace `ws`; mode "combine" (grid as the μGraph
+        says) reduces the `split` partials, finishes the accumulators and runs the ops
+        after the loop and the output savers."""
+        if self.mode == "combine":
+            self.opts = replace(self.opts, stages=1)
         self.plan()
         e = self.e
         tb = self.tb
         bx, by, bz = tb.block_dim
+        g = tb.grid_dim
+        split = self.split if self.mode == "partial" else 1
         # prologue: ids, shared memory, views
         tx = e.op("gpu.thread_id x", "tid")
         tid: Idx = tx
@@ -700,10 +751,16 @@ class BlockLowering:
         self.tid = tid
         self.warp = e.div(tid, 32)
         self.lane = e.rem(tid, 32)
-        g = tb.grid_dim
         self.bx = e.op("gpu.block_id x", "bid") if g[0] > 1 else 0
         self.by = e.op("gpu.block_id y", "bid") if g[1] > 1 else 0
-        self.bz = e.op("gpu.block_id z", "bid") if g[2] > 1 else 0
+        self.sp: Idx = 0
+        if split > 1:
+            zid = e.op("gpu.block_id z", "bid")
+            self.bz = e.rem(zid, g[2]) if g[2] > 1 else 0
+            self.sp = e.div(zid, g[2])
+        else:
+            self.bz = e.op("gpu.block_id z", "bid") if g[2] > 1 else 0
+        self.blin = e.add(self.bx, e.mul(g[0], e.add(self.by, e.mul(g[1], self.bz))))
         self.smem_base = e.op(f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>", "smem")
         staged = {id(tb.inputs[k].stensor) for k in self.varying_async} if self.S > 1 else set()
         for tid_, tile in self.tiles.items():
@@ -720,7 +777,7 @@ class BlockLowering:
         self.in_base = [self._global_base(self.ins[k], rec.stensor.shape, rec.imap, rec.forloop_dim)
                         for k, rec in enumerate(tb.inputs)]
         self.out_base = [self._global_base(self.outs[k], rec.stensor.shape, rec.omap, rec.forloop_dim)
-                         for k, rec in enumerate(tb.outputs)]
+                         for k, rec in enumerate(tb.outputs)] if self.outs else []
 
         counts = tb.accum_counts(varying_only=False)
         post = set()
@@ -730,12 +787,24 @@ class BlockLowering:
         accs = [op for op in tb.ops if op.kind == "forloop_accum"]
         pre_ops = [op for op in tb.ops if op.kind != "forloop_accum" and id(op) not in post]
         post_ops = [op for op in tb.ops if id(op) in post]
+        inv = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim == -1]
+
+        if self.mode == "combine":
+            for k in inv:
+                self.load_input(k, 0, None)
+            if any(self.async_in[k] for k in inv):
+                e.line("nvvm.cp.async.commit.group")
+                e.line("nvvm.cp.async.wait.group 0")
+            for op in accs:
+                self.combine_acc(op)
+            e.barrier()
+            self.epilogue(post_ops)
+            return self._finish()
 
         # accumulator init, loop-invariant inputs
         for op in accs:
             if id(op) not in self.reg_acc:
                 self.accum_init(op)
-        inv = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim == -1]
         for k in inv:
             self.load_input(k, 0, None)
         if any(self.async_in[k] for k in inv):
@@ -743,13 +812,15 @@ class BlockLowering:
             e.line("nvvm.cp.async.wait.group 0")
         e.barrier()
 
+        R = self.R // split  # iterations run by this block
+        it0 = e.mul(self.sp, R)
         # prologue of the ring: iterations 0 .. S-2
         S = self.S
         if S > 1:
             for s in range(S - 1):
-                if s < self.R:
+                if s < R:
                     for k in self.varying_async:
-                        self.load_input(k, s, s)
+                        self.load_input(k, e.add(it0, s), s)
                 e.line("nvvm.cp.async.commit.group")
 
         reg_inits = []
@@ -757,13 +828,14 @@ class BlockLowering:
         zero = e.const("0.000000e+00", "vector<2x2xf32>")
         for op in reg_ops:
             reg_inits += [(zero, "vector<2x2xf32>")] * self.mma_geometry(self.reg_acc[id(op)])[-1]
-        it, args, res, close = e.for_iter(0, self.R, 1, reg_inits or [(e.f32(0.0), "f32")])
+        it, args, res, close = e.for_iter(0, R, 1, reg_inits or [(e.f32(0.0), "f32")])
+        itg = e.add(it0, it)
         # loads of this iteration
         if S > 1:
             nxt = e.add(it, S - 1)
-            with e.if_(e.cmp("ult", nxt, self.R)):
+            with e.if_(e.cmp("ult", nxt, R)):
                 for k in self.varying_async:
-                    self.load_input(k, nxt, e.rem(nxt, S))
+                    self.load_input(k, e.add(it0, nxt), e.rem(nxt, S))
             e.line("nvvm.cp.async.commit.group")
             e.line(f"nvvm.cp.async.wait.group {S - 1}")
             slot = e.rem(it, S)
@@ -776,7 +848,7 @@ class BlockLowering:
         sync_varying = [k for k, rec in enumerate(tb.inputs)
                         if rec.forloop_dim != -1 and (S == 1 or k not in self.varying_async)]
         for k in sync_varying:
-            self.load_input(k, it, None)
+            self.load_input(k, itg, None)
         if S == 1 and any(self.async_in[k] for k in sync_varying):
             e.line("nvvm.cp.async.commit.group")
             e.line("nvvm.cp.async.wait.group 0")
@@ -800,7 +872,7 @@ class BlockLowering:
         for k, rec in enumerate(tb.outputs):
             if rec.forloop_dim != -1:
                 e.barrier()
-                self.save_output(k, it)
+                self.save_output(k, itg)
         e.barrier()
         close(new_frags or [args[0]])
 
@@ -810,21 +882,97 @@ class BlockLowering:
             if id(op) in self.reg_acc:
                 mm = self.reg_acc[id(op)]
                 n = self.mma_geometry(mm)[-1]
-                self.store_frags(mm, res[pos:pos + n], op.outputs[0])
+                if self.mode == "partial":
+                    self.frags_to_ws(mm, res[pos:pos + n], op)
+                else:
+                    self.store_frags(mm, res[pos:pos + n], op.outputs[0])
                 pos += n
+            elif self.mode == "partial":
+                self.scratch_to_ws(op)
             else:
                 self.accum_finish(op)
+        if self.mode == "partial":
+            return self._finish()
         e.barrier()
+        self.epilogue(post_ops)
+        return self._finish()
+
+    def epilogue(self, post_ops) -> None:
+        e = self.e
         for op in post_ops:
             self.emit_op(op)
             e.barrier()
-        for k, rec in enumerate(tb.outputs):
+        for k, rec in enumerate(self.tb.outputs):
             if rec.forloop_dim == -1:
                 self.save_output(k, 0)
 
-        args_sig = ", ".join(f"{a.name}: {a.mtype}" for a in self.ins + self.outs)
+    # -- split for-loop: workspace of raw f32 accumulators --
+    def ws_index(self, op: Op, split_idx: Idx, elem: Idx) -> Idx:
+        e = self.e
+        n = prod(op.outputs[0].shape)
+        nblocks = prod(self.tb.grid_dim)
+        return e.add(self.ws_off[id(op)], e.add(e.mul(e.add(e.mul(split_idx, nblocks), self.blin), n), elem))
+
+    def frags_to_ws(self, mm: Op, frags, op: Op) -> None:
+        e = self.e
+        M, K, N, MT, NT, T, tpw = self.mma_geometry(mm)
+        ws = self.ws
+        gq = e.div(self.lane, 4)
+        c0 = e.mul(e.rem(self.lane, 4), 2)
+        for (t, mt, nt), f in zip(self._frag_tiles(mm), frags):
+            with e.if_(e.cmp("ult", t, T)):
+                for h in (0, 1):
+                    row = e.add(e.add(e.mul(mt, 16), gq), 8 * h)
+                    with e.if_(e.cmp("ult", row, M)):
+                        for q in (0, 1):
+                            v = e.op(f"vector.extract {f}[{h}, {q}] : f32 from vector<2x2xf32>", "f")
+                            col = e.add(e.add(e.mul(nt, 8), c0), q)
+                            e.store(v, ws.name, ws.mtype, self.ws_index(op, self.sp, e.add(e.mul(row, N), col)), "f32")
+
+    def scratch_to_ws(self, op: Op) -> None:
+        e = self.e
+        sc = self.scratch[id(op)]
+        sv = self.scratch_views[id(op)]
+        ws = self.ws
+        e.barrier()
+
+        def body(cs):
+            i = e.dot(cs, _row_major(sc.shape))
+            e.store(e.load(sv, sc.mtype, i, "f32"), ws.name, ws.mtype, self.ws_index(op, self.sp, i), "f32")
+        self.elementwise(sc.shape, body)
+
+    def combine_acc(self, op: Op) -> None:
+        e = self.e
+        kind = op.attrs["kind"]
+        out = op.outputs[0]
+        ws = self.ws
+        comb = "maximumf" if kind == "max" else "addf"
+        init = e.f32(float("-inf") if kind == "max" else 0.0)
+        count = float(self.R * op.inputs[0].shape[-1])
+
+        def body(cs):
+            i = e.dot(cs, _row_major(out.shape))
+            j, args, res, close = e.for_iter(0, self.split, 1, [(init, "f32")])
+            close([e.fbin(comb, args[0], e.load(ws.name, ws.mtype, self.ws_index(op, j, i), "f32"))])
+            v = res[0]
+            if kind == "mean":
+                v = e.fbin("divf", v, e.f32(count))
+            elif kind == "rms":
+                v = e.op(f"math.sqrt {e.fbin('divf', v, e.f32(count))} : f32", "f")
+            self.write(out, cs, v)
+        self.elementwise(out.shape, body)
+
+    def _finish(self) -> KernelInfo:
+        e = self.e
+        bx, by, bz = self.tb.block_dim
+        g = list(self.tb.grid_dim)
+        if self.mode == "partial":
+            g[2] *= self.split
+        args = self.ins + ([self.ws] if self.ws is not None else []) + self.outs
+        args_sig = ", ".join(f"{a.name}: {a.mtype}" for a in args)
         head = (f"gpu.func @{self.name}({args_sig}) kernel attributes "
                 f"{{known_block_size = array<i32: {bx}, {by}, {bz}>, "
                 f"known_grid_size = array<i32: {g[0]}, {g[1]}, {g[2]}>}} {{")
         text = "\n".join(["    " + head] + e.text() + ["      gpu.return", "    }"])
-        return KernelInfo(self.name, tuple(g), tuple(tb.block_dim), self.smem, text, self.notes)
+        self.notes["split"] = self.split
+        return KernelInfo(self.name, tuple(g), tuple(self.tb.block_dim), self.smem, text, dict(self.notes))

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..core.graph import KNGraph, row_major_strides
-from .block import BlockLowering, GlobalArg, KernelInfo, LoweringError, Options
+from .block import BlockLowering, GlobalArg, KernelInfo, LoweringError, Options, choose_split
 from .kernels import lower_kn_op
 
 
@@ -77,6 +77,22 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
         kname = f"{base}_k{n}"
         ins = [gl(t, *loc[id(t)], f"%in{j}") for j, t in enumerate(op.inputs)]
         outs = [gl(t, *loc[id(t)], f"%out{j}") for j, t in enumerate(op.outputs)]
+        if op.kind == "graph_def" and choose_split(op.body, opts) > 1:
+            split = choose_split(op.body, opts)
+            probe = BlockLowering(op.body, kname, ins, [], opts, "partial", split)
+            wsi = len(buffers)
+            buffers.append({"shape": [probe.ws_size], "dtype": "f32"})
+            ws = GlobalArg("%ws", (probe.ws_size,), (1,), "f32", 4)
+            in_args = [{"kind": loc[id(t)][0], "index": loc[id(t)][1]} for t in op.inputs]
+            out_args = [{"kind": loc[id(t)][0], "index": loc[id(t)][1]} for t in op.outputs]
+            for mode, kn_, extra in (("partial", kname + "_partial", []), ("combine", kname + "_combine", outs)):
+                info = BlockLowering(op.body, kn_, ins, extra, opts, mode, split, ws).lower()
+                args = in_args + [{"kind": "buffer", "index": wsi}] + (out_args if mode == "combine" else [])
+                kernels.append({"name": kn_, "grid": list(info.grid), "block": list(info.block),
+                                "smem_bytes": info.smem_bytes, "args": args, "notes": info.notes})
+                infos.append(info)
+                texts.append(info.text)
+            continue
         if op.kind == "graph_def":
             info = BlockLowering(op.body, kname, ins, outs, opts).lower()
         else:
