@@ -133,3 +133,24 @@ func.func @thread_graph(%x: tensor<16x64xf16>, %y: tensor<16x1xf16>) -> tensor<1
   }
   return %o : tensor<16x64xf16>
 }
+
+// -----
+
+// A loop-invariant input (its map has no `i`) may be read after the loop without
+// an accumulator, as Mirage's RMSNorm gain: only paths from loop-varying inputs
+// must pass exactly one tb.forloop_accum.
+// CHECK-LABEL: func.func @loop_invariant_input
+func.func @loop_invariant_input(%x: tensor<16x4096xf16>, %g: tensor<16x1xf16>) -> tensor<16x1xf16> {
+  %o = kn.graph_def (%x, %g) grid [1, 1, 1] block [128, 1, 1] forloop 64 dimx 1
+      : (tensor<16x4096xf16>, tensor<16x1xf16>) -> tensor<16x1xf16> {
+  ^bb0(%x0: tensor<16x4096xf16>, %g0: tensor<16x1xf16>):
+    %tx = tb.input %x0 map <i -> 1> : tensor<16x4096xf16> -> tensor<16x64xf16>
+    // CHECK: %[[G:.*]] = tb.input %{{.*}} map <> : tensor<16x1xf16> -> tensor<16x1xf16>
+    %tg = tb.input %g0 map <> : tensor<16x1xf16> -> tensor<16x1xf16>
+    %s = tb.forloop_accum rms %tx : tensor<16x64xf16> -> tensor<16x1xf16>
+    // CHECK: tb.mul %{{.*}}, %[[G]]
+    %m = tb.mul %s, %tg : (tensor<16x1xf16>, tensor<16x1xf16>) -> tensor<16x1xf16>
+    tb.output %m map <> : tensor<16x1xf16>
+  }
+  return %o : tensor<16x1xf16>
+}

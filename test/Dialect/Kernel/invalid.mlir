@@ -36,7 +36,7 @@ func.func @accumulator(%a: tensor<16x4096xf16>) -> tensor<16x64xf16> {
   ^bb0(%a0: tensor<16x4096xf16>):
     %t = tb.input %a0 map <i -> 1> : tensor<16x4096xf16> -> tensor<16x64xf16>
     %e = tb.exp %t : tensor<16x64xf16> -> tensor<16x64xf16>
-    // expected-error @+1 {{[accumulator] with forloop 64, a path from a tb.input to tb.output #0 passes no tb.forloop_accum}}
+    // expected-error @+1 {{[accumulator] with forloop 64, a path from a loop-varying tb.input to tb.output #0 passes no tb.forloop_accum}}
     tb.output %e map <> : tensor<16x64xf16>
   }
   return %o : tensor<16x64xf16>

@@ -181,36 +181,43 @@ LogicalResult GraphDefOp::verifyRegions() {
 
   // [accumulator]: count the tb.forloop_accum ops on every path from a tb.input.
   // For each value: a bitmask of the possible counts {0, 1, >=2} over all paths
-  // from any tb.input (0 = not reached from an input). Graph region: iterate to
-  // a fixpoint (the masks only grow).
-  llvm::DenseMap<Value, unsigned> mask;
-  auto get = [&](Value v) { return mask.lookup(v); };
+  // from the chosen tb.inputs (0 = not reached from one). Graph region: iterate
+  // to a fixpoint (the masks only grow). Paths from every input may pass at most
+  // one accumulator; paths from loop-varying inputs (map has i) must pass exactly
+  // one, as loop-invariant inputs may be read after the loop directly.
   auto shift = [](unsigned m) { // one more accumulator on every path
     unsigned r = 0;
     if (m & 1) r |= 2;
     if (m & 6) r |= 4;
     return r;
   };
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    for (Operation &op : body) {
-      unsigned m = 0;
-      if (isa<tb::InputOp>(op)) {
-        m = 1;
-      } else {
-        for (Value v : op.getOperands())
-          m |= get(v);
-        if (isa<tb::ForloopAccumOp>(op))
-          m = shift(m);
-      }
-      for (Value r : op.getResults())
-        if ((mask[r] | m) != mask[r]) {
-          mask[r] |= m;
-          changed = true;
+  auto countPaths = [&](bool varyingOnly) {
+    llvm::DenseMap<Value, unsigned> mask;
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      for (Operation &op : body) {
+        unsigned m = 0;
+        if (auto in = dyn_cast<tb::InputOp>(op)) {
+          m = (!varyingOnly || in.getMap().getI() >= 0) ? 1 : 0;
+        } else {
+          for (Value v : op.getOperands())
+            m |= mask.lookup(v);
+          if (isa<tb::ForloopAccumOp>(op))
+            m = shift(m);
         }
+        for (Value r : op.getResults())
+          if ((mask[r] | m) != mask[r]) {
+            mask[r] |= m;
+            changed = true;
+          }
+      }
     }
-  }
+    return mask;
+  };
+  llvm::DenseMap<Value, unsigned> all = countPaths(false);
+  llvm::DenseMap<Value, unsigned> varying = countPaths(true);
+  auto get = [&](Value v) { return all.lookup(v); };
   for (Operation &op : body) {
     if (auto acc = dyn_cast<tb::ForloopAccumOp>(op)) {
       if (get(acc.getResult()) & 4)
@@ -223,16 +230,16 @@ LogicalResult GraphDefOp::verifyRegions() {
   if (forloop > 1) {
     for (auto [k, out] : llvm::enumerate(getOutputOps())) {
       auto o = cast<tb::OutputOp>(out);
-      unsigned m = get(o.getValue());
+      unsigned m = varying.lookup(o.getValue());
       bool mapsI = o.getMap().getI() >= 0;
       if (mapsI && (m & 2))
         return o.emitError() << "[accumulator] tb.output #" << k
                              << " maps the for-loop dim i (saved every iteration) "
-                                "but a path from a tb.input to it passes a "
+                                "but a path from a loop-varying tb.input to it passes a "
                                 "tb.forloop_accum";
       if (!mapsI && (m & 1))
         return o.emitError() << "[accumulator] with forloop " << forloop
-                             << ", a path from a tb.input to tb.output #" << k
+                             << ", a path from a loop-varying tb.input to tb.output #" << k
                              << " passes no tb.forloop_accum (expected exactly one, "
                                 "or map i to save every iteration)";
     }
