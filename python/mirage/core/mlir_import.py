@@ -9,7 +9,7 @@ import re
 
 from .dtypes import dtype
 from .graph import KNGraph, TBGraph, THGraph, new_thread_graph
-from .ops import OPS
+from .ops import ACCUMULATORS, OPS
 
 
 class ImportError_(ValueError):
@@ -25,9 +25,8 @@ def _context():
 def _shape_dtype(type_) -> tuple[tuple[int, ...], dtype]:
     import mlir.ir as ir
 
-    if ir.RankedTensorType.isinstance(type_):
-        t = ir.RankedTensorType(type_)
-        return tuple(t.shape), dtype.parse(str(t.element_type))
+    if isinstance(type_, ir.RankedTensorType):
+        return tuple(type_.shape), dtype.parse(str(type_.element_type))
     return (), dtype.parse(str(type_))
 
 
@@ -68,9 +67,6 @@ def parse_map(text: str) -> tuple[tuple[int, int, int], int]:
     return (m["x"], m["y"], m["z"]), m["i"]
 
 
-_ACCUM = re.compile(r"\b(none|sum_todimx|sum|mean|rms|max)\b")
-
-
 def _table_attrs(op, kind: str) -> dict:
     attrs = {}
     for name in OPS[kind].attrs:
@@ -101,6 +97,12 @@ def _apply(builder, kind: str, op, ins):
     return builder._op(kind, ins, **attrs)
 
 
+def _ops(block):
+    """The generic Operations of a block (iteration yields OpViews, whose `.name` may be
+    a symbol name)."""
+    return [o.operation for o in block.operations]
+
+
 class _Env:
     def __init__(self):
         self.vals: dict = {}
@@ -124,7 +126,7 @@ def _import_thread_graph(op, env: _Env, tb: TBGraph):
     inner = _Env()
     for a, s in zip(block.arguments, th.inputs):
         inner[a] = s
-    for o in block.operations:
+    for o in _ops(block):
         name = o.name
         if name == "th.yield":
             for v in o.operands:
@@ -139,14 +141,14 @@ def _import_thread_graph(op, env: _Env, tb: TBGraph):
 
 
 def _import_graph_def(op, env: _Env, g: KNGraph):
-    tb = TBGraph(_i64s(_attr(op, "grid", "grid_dim")), _i64s(_attr(op, "block", "block_dim")),
-                 _int(_attr(op, "forloop", "forloop_range")), _int(_attr(op, "dimx", "reduction_dimx")))
+    tb = TBGraph(_i64s(_attr(op, "grid_dims")), _i64s(_attr(op, "block_dims")),
+                 _int(_attr(op, "forloop_range")), _int(_attr(op, "dimx")))
     block = op.regions[0].blocks[0]
     args = list(block.arguments)
     dts = [env[v] for v in op.operands]
     inner = _Env()
     reads = []
-    for o in block.operations:
+    for o in _ops(block):
         name = o.name
         if name == "tb.input":
             src = o.operands[0]
@@ -160,10 +162,7 @@ def _import_graph_def(op, env: _Env, g: KNGraph):
             omap, loop = parse_map(str(_attr(o, "map")))
             tb.new_output(inner[o.operands[0]], omap, loop)
         elif name == "tb.forloop_accum":
-            kinds = [m.group(1) for a in o.attributes for m in [_ACCUM.search(str(a.attr))] if m]
-            if not kinds:
-                raise ImportError_(f"tb.forloop_accum at {o.location}: no accumulator kind")
-            kind = kinds[0]
+            kind = ACCUMULATORS[_int(_attr(o, "kind"))]  # the ODS enum lists them in this order
             inner[o.results[0]] = tb.forloop_accum(inner[o.operands[0]], None if kind == "none" else kind)
         elif name == "tb.thread_graph":
             _import_thread_graph(o, inner, tb)
@@ -192,7 +191,7 @@ def _import_function(func) -> KNGraph:
             if "kn.strides" in d:
                 strides = _i64s(d["kn.strides"])
         env[a] = g.new_input(shape, strides, dt)
-    for op in block.operations:
+    for op in _ops(block):
         name = op.name
         if name == "func.return":
             for v in op.operands:
@@ -217,7 +216,7 @@ def parse_mlir(source) -> list[KNGraph]:
         op = getattr(source, "operation", source)
     graphs = []
     cap = op.attributes["kn.smem_capacity"] if "kn.smem_capacity" in op.attributes else None
-    for f in op.regions[0].blocks[0].operations:
+    for f in _ops(op.regions[0].blocks[0]):
         if f.name == "func.func":
             g = _import_function(f)
             g.smem_capacity = _int(cap) if cap is not None else None

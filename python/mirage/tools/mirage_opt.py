@@ -249,6 +249,10 @@ def run(argv: list[str]) -> int:
     ours = registry()
     args = parse_args(argv, ours)
     fname = "<stdin>" if args.input == "-" else args.input
+    if args.pipeline:  # reject unknown passes and bad options before reading input
+        from ..dialects import make_context
+
+        build_pass_manager(args.pipeline, ours, make_context(), False)
     try:
         source = sys.stdin.read() if args.input == "-" else open(args.input).read()
     except OSError as e:
