@@ -39,6 +39,27 @@ def variants(name: str):
                 yield f"fused-k{k}s{s}", "fused", Options(split=k, stages=s)
 
 
+def diag_graph(cols: int, threads: int):
+    """Diagnostic: the matmul of RMSNorm+Linear alone (X(2,4096) @ W(4096,6144)), W split
+    by `cols` columns per block, for-loop over the hidden dim in 64-row steps."""
+    import mirage as mi
+
+    g = mi.new_kernel_graph(f"diag_mm_c{cols}_t{threads}")
+    X, W = g.new_input((2, 4096)), g.new_input((4096, 6144))
+    tb = mi.new_threadblock_graph(grid_dim=(6144 // cols, 1, 1), block_dim=(threads, 1, 1), forloop_range=64)
+    tX = tb.new_input(X, input_map=(-1, -1, -1), forloop_dim=1)
+    tW = tb.new_input(W, input_map=(1, -1, -1), forloop_dim=0)
+    tb.new_output(tb.forloop_accum(tb.matmul(tX, tW)), output_map=(1, -1, -1))
+    g.mark_output(g.customized([X, W], tb)[0])
+    return g
+
+
+def diag_variants():
+    for cols, threads in ((64, 128), (64, 256), (128, 128), (128, 256)):
+        for k in (1, 4, 8):
+            yield f"c{cols}t{threads}", f"k{k}", diag_graph(cols, threads), Options(split=k, stages=4 if k == 1 else 3)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -67,6 +88,11 @@ def main(argv=None):
                 index.append({"bench": name, "bs": bs, "variant": var, "dir": os.path.basename(d),
                               "kernels": [{"name": k["name"], "grid": k["grid"], "block": k["block"],
                                            "smem_bytes": k["smem_bytes"], "notes": k["notes"]} for k in ks]})
+    if a.only is None:
+        for gname, var, g, opts in diag_variants():
+            d = os.path.join(a.out, f"diag-{gname}-{var}")
+            compile(g, "sm_90", out_dir=d, options=opts)
+            index.append({"bench": "diag_" + gname, "bs": 1, "variant": var, "dir": os.path.basename(d)})
     with open(os.path.join(a.out, "index.json"), "w") as f:
         json.dump(index, f, indent=1)
 

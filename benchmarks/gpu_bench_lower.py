@@ -109,6 +109,20 @@ def main(argv=None):
                 continue
             by_key.setdefault((ent["bench"], ent["bs"]), []).append(ent)
     for (name, bs), ents in by_key.items():
+        if name not in BENCHMARKS:  # diagnostic bundles: time ours only
+            from mirage.runtime import load_bundle
+            for ent in ents:
+                path = os.path.join(a.bundles, ent["dir"])
+                m = load_bundle(path).manifest
+                xs = [torch.randn(t.shape, device="cuda", dtype=torch.float16) / 64 for t in m.inputs]
+                k = runtime.load(path)
+                out = [torch.empty(t.shape, device="cuda", dtype=torch.float16) for t in m.outputs]
+                run = lambda: k(*xs, out=out)  # noqa: E731
+                run()
+                t = bench(graphed(run))
+                print(f"DIAG {name} {ent['variant']}: {t:.1f} us, {sum(x.numel() * 2 for x in xs) / t / 1e6:.2f} TB/s",
+                      flush=True)
+            continue
         b = BENCHMARKS[name]
         xs = [torch.from_numpy(x.astype(np.float16)).cuda() for x in b.random_inputs(bs, rng)]
         fn = fns[name]

@@ -124,6 +124,7 @@ class Options:
     smem_capacity: int = 227 * 1024
     split: int = 0  # blocks sharing one for-loop (split-K); 0 = choose (see choose_split)
     sms: int = 132  # multiprocessors of the target (H100/H200 SXM)
+    unroll_k: int = 32  # unroll the k-steps of a tile matmul up to this many
 
 
 def split_ok(tb: TBGraph) -> bool:
@@ -135,13 +136,13 @@ def split_ok(tb: TBGraph) -> bool:
 
 
 def choose_split(tb: TBGraph, opts: "Options") -> int:
-    """Split the for-loop when the grid has fewer blocks than two per multiprocessor:
+    """Split the for-loop when the grid has fewer blocks than 3/4 of the multiprocessors:
     the largest divisor s of the loop range with blocks * s <= 4 * SMs and at least two
     iterations per block left (so the cp.async ring still prefetches)."""
     if opts.split:
         return opts.split if split_ok(tb) and tb.forloop_range % opts.split == 0 else 1
     blocks = prod(tb.grid_dim)
-    if not split_ok(tb) or blocks >= 2 * opts.sms:
+    if not split_ok(tb) or blocks >= 0.75 * opts.sms:
         return 1
     best = 1
     for s in range(2, tb.forloop_range + 1):
@@ -626,20 +627,35 @@ class BlockLowering:
         tiles = self._frag_tiles(op)
         zero = e.const("0.000000e+00", "vector<2x2xf32>")
         init = acc or [zero] * tpw
-        ks, args, res, close = e.for_iter(0, K // 16, 1, [(f, "vector<2x2xf32>") for f in init])
-        k0 = e.mul(ks, 16)
         arow = e.rem(self.lane, 16)
-        acol = e.add(k0, e.mul(e.div(self.lane, 16), 8))
-        brow = e.add(k0, arow)
-        outs = []
-        for (t, mt, nt), c in zip(tiles, args):
-            fa = e.op(f"nvgpu.ldmatrix {va}[{e.idx(e.add(e.mul(mt, 16), arow))}, {e.idx(acol)}] "
-                      f"{{numTiles = 4 : i32, transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa")
-            fb = e.op(f"nvgpu.ldmatrix {vb}[{e.idx(brow)}, {e.idx(e.mul(nt, 8))}] "
-                      f"{{numTiles = 2 : i32, transpose = true}} : {tb_.mtype2d} -> vector<2x2x{elt}>", "fb")
-            outs.append(e.op(f"nvgpu.mma.sync({fa}, {fb}, {c}) {{mmaShape = [16, 8, 16]}} : "
-                             f"(vector<4x2x{elt}>, vector<2x2x{elt}>, vector<2x2xf32>) -> vector<2x2xf32>", "acc"))
-        close(outs)
+        acol0 = e.mul(e.div(self.lane, 16), 8)
+
+        def step(k0, cs):
+            acol = e.add(k0, acol0)
+            brow = e.add(k0, arow)
+            outs = []
+            for (t, mt, nt), c in zip(tiles, cs):
+                fa = e.op(f"nvgpu.ldmatrix {va}[{e.idx(e.add(e.mul(mt, 16), arow))}, {e.idx(acol)}] "
+                          f"{{numTiles = 4 : i32, transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa")
+                fb = e.op(f"nvgpu.ldmatrix {vb}[{e.idx(brow)}, {e.idx(e.mul(nt, 8))}] "
+                          f"{{numTiles = 2 : i32, transpose = true}} : {tb_.mtype2d} -> vector<2x2x{elt}>", "fb")
+                outs.append(e.op(f"nvgpu.mma.sync({fa}, {fb}, {c}) {{mmaShape = [16, 8, 16]}} : "
+                                 f"(vector<4x2x{elt}>, vector<2x2x{elt}>, vector<2x2xf32>) -> vector<2x2xf32>", "acc"))
+            return outs
+
+        nk = K // 16
+        if nk <= self.opts.unroll_k:
+            # unrolled, two independent accumulator chains (even / odd k-steps) per tile,
+            # so consecutive mma.sync do not wait on each other
+            chains = [list(init), [zero] * tpw] if nk > 1 else [list(init)]
+            for ks in range(nk):
+                c = chains[ks % len(chains)]
+                chains[ks % len(chains)] = step(ks * 16, c)
+            if len(chains) == 1:
+                return chains[0]
+            return [e.op(f"arith.addf {x}, {y} : vector<2x2xf32>", "acc") for x, y in zip(*chains)]
+        ks, args, res, close = e.for_iter(0, nk, 1, [(f, "vector<2x2xf32>") for f in init])
+        close(step(e.mul(ks, 16), args))
         return res
 
     def store_frags(self, op: Op, frags: list[str], out: STensor, scale=None) -> None:
