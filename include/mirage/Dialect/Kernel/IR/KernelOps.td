@@ -291,8 +291,10 @@ def Kernel_GraphDefOp : Kernel_Op<"graph_def", [
 
     Verified rules: `[launch]` (3 positive grid and block dims, forloop ≥ 1,
     dimx ≥ 1, region arguments match operands, one `tb.output` per result),
-    `[dtype]`, `[accumulator]` (with forloop > 1 every input→output path passes
-    exactly one `tb.forloop_accum`, or none if the output maps `i`; never two) and
+    `[dtype]`, `[accumulator]` (with forloop > 1 every path from a loop-varying
+    `tb.input`, one whose map has `i`, to a `tb.output` passes exactly one
+    `tb.forloop_accum`, or none if the output maps `i`; loop-invariant inputs may
+    reach ops after the loop directly; no path passes two) and
     `[smem]` (the tiles of all `tb` results fit in shared memory).
   }];
   let arguments = (ins Variadic<Mirage_Tensor>:$inputs,
