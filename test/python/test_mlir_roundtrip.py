@@ -97,3 +97,19 @@ def test_mirage_opt_mixes_upstream_passes(tmp_path):
     r = mirage_opt(str(src), "--pass-pipeline=builtin.module(canonicalize, cse)", "--mlir-print-ir-after-all")
     assert r.returncode == 0, r.stderr
     assert "kn.matmul" in r.stdout and "IR Dump After" in r.stderr
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_upstream_mlir_opt_plugin_prints_the_same(path):
+    """`mlir-opt --load-dialect-plugin=$(mirage-config --dialect-plugin)` parses every
+    example and prints what mirage-opt prints."""
+    import mlir
+
+    from mirage.config import dialect_plugin
+
+    mlir_opt = Path(list(mlir.__path__)[0]) / "bin" / "mlir-opt"
+    up = subprocess.run([str(mlir_opt), f"--load-dialect-plugin={dialect_plugin()}", str(path)],
+                        capture_output=True, text=True)
+    assert up.returncode == 0, up.stderr
+    ours = mirage_opt(str(path))
+    assert up.stdout == ours.stdout

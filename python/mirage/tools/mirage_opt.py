@@ -213,7 +213,7 @@ def process_chunk(text: str, args: Args, ours, fname: str, sink: D.Sink) -> str 
             if not sink.has_errors:
                 sink.add(D.Diag("error", fname, 0, 0, "pass pipeline failed"))
             return None
-    return str(module)
+    return str(module) + "\n"  # mlir-opt ends its output with an empty line
 
 
 def check_expectations(chunks, sink: D.Sink, fname: str) -> list[str]:
