@@ -215,6 +215,12 @@ class KNGraph(_TensorOps):
             f.write(self.to_dot())
         return path
 
+    def compile(self, target: str = "sm_90", **kwargs):
+        """Lower to PTX for `target` and write a kernel bundle (`mirage.lower.compile`)."""
+        from ..lower import compile as _compile
+
+        return _compile(self, target, **kwargs)
+
     def __call__(self, inputs=None, **kwargs):
         from ..lower import call  # GPU execution; raises a clear error without a GPU
 

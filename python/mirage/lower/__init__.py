@@ -45,6 +45,19 @@ class CompiledGraph:
             self._kernel = runtime.load(self.path)
         return self._kernel(*tensors, **kw)
 
+    def write(self, dest: str) -> str:
+        """Copy the bundle directory to `dest` (replaced if it exists); returns `dest`."""
+        import shutil
+
+        if os.path.abspath(dest) != os.path.abspath(self.path):
+            if os.path.isdir(dest):
+                shutil.rmtree(dest)
+            shutil.copytree(self.path, dest)
+        return dest
+
+    def __fspath__(self) -> str:
+        return self.path
+
     def __repr__(self):
         return f"CompiledGraph({self.path!r}, {len(self.lowered.kernels)} kernels, {self.target})"
 

@@ -1,0 +1,76 @@
+"""The lowering as `mirage-opt` passes.
+
+- `convert-mirage-to-gpu`: every `func.func` of kn/tb/th ops becomes kernels of one
+  `gpu.module` (the module gets `gpu.container_module`); the launch plan (kernel order,
+  grid, block, dynamic shared memory, argument kinds, buffers) is attached as the
+  `mirage.launch` string attribute (JSON) of the gpu.module, so a later step can write
+  the bundle. Follow it with the upstream
+  `gpu-lower-to-nvvm-pipeline{cubin-format=isa cubin-chip=sm_90 cubin-features=+ptx80
+  kernel-bare-ptr-calling-convention=true}` for PTX (`mirage.lower.compile` does both and
+  also repairs the PTX's dynamic shared memory declaration, `pipeline.fix_dynamic_smem`;
+  `python -m mirage.lower FILE --emit ptx` prints that PTX).
+"""
+from __future__ import annotations
+
+import json
+
+from .. import diagnostics as D
+from ..passes import Option, Pass, PassFailure, parse_bool, register
+from .block import LoweringError, Options
+
+
+def _lower_module(module, opts: Options) -> None:
+    import mlir.ir as ir
+
+    from ..core.mlir_import import parse_mlir
+    from .convert import convert
+
+    try:
+        graphs = parse_mlir(module)
+    except Exception as e:
+        D.error(module, f"[lowering] cannot read the μGraph: {e}")
+        raise PassFailure() from None
+    if not graphs:
+        return
+    gpu_modules = []
+    for g in graphs:
+        try:
+            low = convert(g, Options(**vars(opts)))
+        except (LoweringError, NotImplementedError) as e:
+            D.error(module, f"[lowering] function @{g.name}: {e}")
+            raise PassFailure() from None
+        plan = {"function": g.name, "graph_hash": low.graph_hash, "inputs": low.inputs,
+                "outputs": low.outputs, "buffers": low.buffers,
+                "kernels": [{k: v for k, v in kk.items() if k != "notes"} for kk in low.kernels]}
+        new = ir.Module.parse(low.module, module.context)
+        for o in list(new.body.operations):
+            o.detach_from_parent()
+            o.attributes["mirage.launch"] = ir.StringAttr.get(json.dumps(plan), module.context)
+            gpu_modules.append(o)
+    blk = module.regions[0].blocks[0]
+    for o in list(blk.operations):
+        o.erase()
+    ip = ir.InsertionPoint(blk)
+    for o in gpu_modules:
+        ip.insert(o)
+    module.attributes["gpu.container_module"] = ir.UnitAttr.get(module.context)
+    if "kn.smem_capacity" in module.attributes:
+        del module.attributes["kn.smem_capacity"]
+
+
+@register
+class ConvertMirageToGPU(Pass):
+    argument = "convert-mirage-to-gpu"
+    summary = ("Lower μGraphs (kn/tb/th) to gpu/nvgpu/arith/memref/scf/vector/math kernels: tiles in "
+               "shared memory, cp.async input rings, mma.sync tensor-core matmuls, warp-shuffle "
+               "reductions, split for-loops")
+    options = (
+        Option("tensor-cores", parse_bool, True, "block matmuls on f16/bf16 tiles use mma.sync"),
+        Option("async-copy", parse_bool, True, "input iterators use 16-byte cp.async copies"),
+        Option("stages", int, 4, "ring depth of loop-varying inputs (1 = no prefetch)"),
+        Option("split", int, 0, "blocks sharing one for-loop (0 = choose, 1 = never split)"),
+    )
+
+    def run(self, module, **options) -> None:
+        _lower_module(module, Options(tensor_cores=options["tensor-cores"], async_copy=options["async-copy"],
+                                      stages=options["stages"], split=options["split"]))

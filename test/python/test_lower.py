@@ -1,0 +1,209 @@
+"""convert-mirage-to-gpu and the PTX it leads to, checked on the CPU (no GPU needed).
+
+What runs on the GPU (correctness against numpy float64, timings) is in
+benchmarks/gpu_check_lower.py / gpu_bench_lower.py; the results are in
+benchmarks/results/. Here: every benchmark lowers to PTX; the instructions we meant
+are there (tensor-core mma.sync + ldmatrix for block matmuls, cp.async for the input
+rings, shuffles for reductions); barrier counts; split for-loops; bundles; errors.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+import pytest
+
+pytest.importorskip("mlir.ir")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+
+import mirage as mi  # noqa: E402
+from mirage.lower import LoweringError, Options, compile, convert_to_gpu, to_ptx  # noqa: E402
+
+from benchmarks import BENCHMARKS  # noqa: E402
+
+MMA = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+
+
+def entries(ptx: str) -> list[str]:
+    return re.findall(r"\.visible \.entry (\w+)\(", ptx)
+
+
+def entry_body(ptx: str, name: str) -> str:
+    i = ptx.index(f".entry {name}(")
+    j = ptx.find(".entry ", i + 1)
+    return ptx[i:j if j > 0 else len(ptx)]
+
+
+@pytest.mark.parametrize("name", list(BENCHMARKS))
+@pytest.mark.parametrize("which", ["fused", "reference"])
+def test_every_benchmark_lowers_to_ptx(name, which):
+    g = getattr(BENCHMARKS[name], which)(1)
+    low, ptx = to_ptx(g)
+    assert ptx.startswith("//") and ".target sm_90" in ptx and ".version 8.0" in ptx
+    assert entries(ptx) == [k["name"] for k in low.kernels]
+    # the bare-pointer convention: one .param per tensor argument
+    for k in low.kernels:
+        params = re.findall(r"\.param \.u64 \.ptr", entry_body(ptx, k["name"]).split(")")[0])
+        assert len(params) == len(k["args"])
+    # no register arrays spilled to local memory
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    if any(k["smem_bytes"] for k in low.kernels):
+        assert ".extern .shared .align 16 .b8 __dynamic_shmem__0[];" in ptx
+        assert "demoted" not in ptx
+
+
+def test_block_matmul_runs_on_tensor_cores():
+    low, ptx = to_ptx(BENCHMARKS["gated_mlp"].fused(1))
+    assert ptx.count(MMA) >= 2
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16" in ptx
+    assert low.kernels[0]["notes"]["mma"] == 2
+    # the generic lowering of the same μGraph: no tensor cores, no async copies
+    _, generic = to_ptx(BENCHMARKS["gated_mlp"].fused(1), options=Options(tensor_cores=False, async_copy=False))
+    assert "mma.sync" not in generic and "cp.async" not in generic and "fma.rn.f32" in generic
+
+
+def test_bf16_matmul_lowers_without_tensor_cores():
+    # upstream nvgpu.mma.sync cannot lower bf16 operands (MLIR 22): generic f32 FMA path
+    g = mi.new_kernel_graph("bf16mm")
+    X = g.new_input((16, 256), dtype=mi.bfloat16)
+    W = g.new_input((256, 128), dtype=mi.bfloat16)
+    tb = mi.new_threadblock_graph((4, 1, 1), (128, 1, 1), 4)
+    tX = tb.new_input(X, (-1, -1, -1), 1)
+    tW = tb.new_input(W, (1, -1, -1), 0)
+    tb.new_output(tb.forloop_accum(tb.matmul(tX, tW)), (1, -1, -1))
+    g.mark_output(g.customized([X, W], tb)[0])
+    _, ptx = to_ptx(g)
+    assert "mma.sync" not in ptx and "fma.rn.f32" in ptx and "cp.async" in ptx
+
+
+def test_pipelined_iterator_uses_cp_async_ring():
+    g = BENCHMARKS["rmsnorm_linear"].fused(1)
+    low, ptx = to_ptx(g, options=Options(stages=4, split=1))
+    assert low.kernels[0]["notes"]["stages"] == 4
+    assert "cp.async.cg.shared.global" in ptx and ", 16;" in ptx  # 16-byte copies, L1 bypassed
+    assert "cp.async.wait_group \t3;" in ptx  # 3 iterations in flight while one is computed
+    _, ptx1 = to_ptx(g, options=Options(stages=1, split=1))
+    assert "cp.async.wait_group \t0;" in ptx1 and "cp.async.wait_group \t3;" not in ptx1
+
+
+def _exp_graph(forloop: int):
+    g = mi.new_kernel_graph("expk")
+    X = g.new_input((64, 256))
+    tb = mi.new_threadblock_graph((4, 1, 1), (128, 1, 1), forloop)
+    tX = tb.new_input(X, (0, -1, -1), 1 if forloop > 1 else -1)
+    tb.new_output(tb.exp(tX), (0, -1, -1), 1 if forloop > 1 else -1)
+    g.mark_output(g.customized([X], tb)[0])
+    return g
+
+
+def test_barrier_count():
+    # IR: one after the (empty) prologue, after the iteration's loads, after the op, at
+    # the end of the iteration, after the loop = 5. The PTX has 4: LLVM merges the
+    # back-to-back barriers where the single iteration ends and the epilogue starts.
+    low, ptx = to_ptx(_exp_graph(1))
+    assert low.module.count("gpu.barrier") == 5
+    assert ptx.count("bar.sync") == 4
+    # saved every iteration (the output maps the loop dim): one more, before the save;
+    # LLVM unrolls the 4 iterations: 1 + 4 x 3 + 1 barriers remain
+    low, ptx = to_ptx(_exp_graph(4))
+    assert low.module.count("gpu.barrier") == 6
+    assert ptx.count("bar.sync") == 1 + 4 * 3 + 1
+
+
+def test_reductions_use_warp_shuffles():
+    low, ptx = to_ptx(BENCHMARKS["ntrans"].fused(1))
+    assert low.kernels[0]["notes"]["warp_reductions"] == 2  # the two rms_norms
+    assert ptx.count("shfl.sync.bfly.b32") >= 10  # 5 butterfly steps each
+
+
+def test_split_for_loop_two_kernels_and_workspace():
+    low = convert_to_gpu(BENCHMARKS["rmsnorm_linear"].fused(1))  # 96 blocks < 3/4 of 132 SMs
+    assert [k["name"] for k in low.kernels] == ["rmsnorm_linear_k0_partial", "rmsnorm_linear_k0_combine"]
+    part, comb = low.kernels
+    assert part["grid"] == [96, 1, 4] and comb["grid"] == [96, 1, 1]
+    ws = low.buffers[-1]
+    assert ws["dtype"] == "f32" and ws["shape"] == [4 * 96 * (2 * 64 + 2 * 1)]
+    assert part["args"][-1] == {"kind": "buffer", "index": 0}
+    assert comb["args"][-1] == {"kind": "output", "index": 0}
+    one = convert_to_gpu(BENCHMARKS["rmsnorm_linear"].fused(1), Options(split=1))
+    assert len(one.kernels) == 1 and one.buffers == []
+    # gated MLP's 128 blocks already fill the chip: not split
+    assert len(convert_to_gpu(BENCHMARKS["gated_mlp"].fused(1)).kernels) == 1
+
+
+def test_gpu_dialect_text():
+    low = convert_to_gpu(BENCHMARKS["lora"].fused(1), Options(split=1))
+    m = low.module
+    assert "gpu.container_module" in m and "gpu.module @lora_kernels" in m
+    assert "gpu.dynamic_shared_memory" in m and "nvgpu.device_async_copy" in m
+    assert "nvgpu.ldmatrix" in m and "nvgpu.mma.sync" in m
+    assert "known_block_size = array<i32: 128, 1, 1>" in m
+
+
+def test_bundle_round_trip(tmp_path):
+    from mirage.runtime import load_bundle
+
+    g = BENCHMARKS["gqa"].fused(1)
+    cg = g.compile("sm_90", out_dir=str(tmp_path / "b"))
+    b = load_bundle(cg.path)
+    m = b.manifest
+    assert m.target == "sm_90" and m.format == "mirage-bundle" and m.version == 1
+    assert [list(t.shape) for t in m.inputs] == [list(t.shape) for t in g.inputs]
+    assert [list(t.shape) for t in m.outputs] == [[2, 256, 64]]
+    ptx = b.ptx[m.kernels[0].ptx]
+    assert entries(ptx) == [k.name for k in m.kernels]
+    assert m.buffers  # the flash-decoding partials between the two graph-defined kernels
+    cg.write(str(tmp_path / "copy"))
+    assert load_bundle(str(tmp_path / "copy")).manifest.graph_hash == m.graph_hash
+
+
+def test_sm80_target():
+    _, ptx = to_ptx(BENCHMARKS["gated_mlp"].fused(1), "sm_80")
+    assert ".target sm_80" in ptx and MMA in ptx
+
+
+def test_strided_input_falls_back_to_element_copies():
+    g = mi.new_kernel_graph("strided")
+    X = g.new_input((64, 64), strides=(1, 64))  # column-major
+    tb = mi.new_threadblock_graph((2, 1, 1), (128, 1, 1), 1)
+    tX = tb.new_input(X, (0, -1, -1), -1)
+    tb.new_output(tb.relu(tX), (0, -1, -1))
+    g.mark_output(g.customized([X], tb)[0])
+    low, ptx = to_ptx(g)
+    assert "cp.async" not in ptx and low.kernels[0]["notes"]["cp_async_inputs"] == 0
+    assert low.inputs[0]["strides"] == [1, 64]
+
+
+def test_call_without_gpu_raises_clear_error(monkeypatch):
+    import mirage.lower as L
+
+    monkeypatch.setattr(L, "_gpu_available", lambda: False)
+    g = BENCHMARKS["ntrans"].fused(1)
+    with pytest.raises(RuntimeError, match=r"g\.evaluate"):
+        g(inputs=[None, None, None])
+
+
+def test_too_much_shared_memory_is_a_clear_error():
+    g = BENCHMARKS["gated_mlp"].fused(1)
+    with pytest.raises(LoweringError, match=r"\[smem\]"):
+        convert_to_gpu(g, Options(smem_capacity=16 * 1024))
+
+
+def test_convert_pass_on_mlir_module():
+    from mirage.core.mlir_import import _context
+    from mirage.lower.passes import ConvertMirageToGPU
+    import mlir.ir as ir
+
+    text = BENCHMARKS["gated_mlp"].fused(1).to_mlir()
+    with _context() as ctx:
+        m = ir.Module.parse(text, ctx)
+        ConvertMirageToGPU().run(m.operation, **ConvertMirageToGPU.parse_options({}))
+        out = str(m)
+    assert "gpu.func @gated_mlp_k0" in out and "nvgpu.mma.sync" in out and "kn." not in out
+    plan = json.loads(re.search(r'mirage.launch = "(.*?)"\}?', out).group(1).replace("\\22", '"'))
+    assert plan["kernels"][0]["grid"] == [128, 1, 1]
