@@ -194,6 +194,19 @@ class KNGraph(_TensorOps):
 
         return evaluate(self, inputs, dtype)
 
+    def superoptimize(self, imaps=None, omaps=None, griddims=None, fmaps=None, franges=None, config=None,
+                      verbose: bool = False, **kwargs) -> "KNGraph":
+        """Search for the best μGraph equivalent to this one (`mirage.search`); returns
+        it, with `.search` holding the ranked candidates and statistics."""
+        from ..search import superoptimize
+
+        tup = lambda v: None if v is None else tuple(tuple(x) if isinstance(x, (list, tuple)) else x for x in v)
+        res = superoptimize(self, config, verbose, imaps=tup(imaps), omaps=tup(omaps), griddims=tup(griddims),
+                            fmaps=tup(fmaps), franges=tup(franges), **kwargs)
+        best = res.best
+        best.search = res
+        return best
+
     def to_mlir(self) -> str:
         from .mlir_text import print_module
 

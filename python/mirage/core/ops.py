@@ -66,6 +66,10 @@ class OpDef:
     lax: str  # linear | multilinear | div | exp | sqrt | nonlax
     flops_per_elem: float = 1.0  # per output element (matmul: per multiply-add, see flops())
     attrs: tuple = field(default=())  # attribute names the op takes
+    # abstract expression (paper Table 1): (ex, in_exprs, in_shapes, attrs) -> expr, built
+    # with an expression builder `ex` (add, mul, div, exp, sqrt, fn, sum, const); None:
+    # the search does not generate this operator.
+    absexpr: Callable | None = None
 
     def flops(self, in_shapes: Sequence[Shape], out_shape: Shape, attrs: dict) -> float:
         if self.name == "matmul":
@@ -91,7 +95,10 @@ def _binary(name: str, fn_name: str, lax: str) -> None:
         a, b = _pad(ar, xs, nb)
         return getattr(ar, fn_name)(a, b)
 
-    _register(OpDef(name, 2, ALL, lambda s, a: broadcast_shapes(*s), ev, lax))
+    # sub is abstracted as add: abstract expressions ignore signs and constants
+    ab = {"add": "add", "sub": "add", "mul": "mul", "div": "div"}[name]
+    _register(OpDef(name, 2, ALL, lambda s, a: broadcast_shapes(*s), ev, lax,
+                    absexpr=lambda ex, xs, sh, at, f=ab: getattr(ex, f)(xs[0], xs[1])))
 
 
 _binary("add", "add", "linear")
@@ -102,16 +109,18 @@ _binary("div", "div", "div")
 
 # -- element-wise unary -------------------------------------------------------------------
 
-def _unary(name: str, ev: Callable, lax: str, flops: float = 1.0) -> None:
-    _register(OpDef(name, 1, ALL, lambda s, a: tuple(s[0]), lambda ar, xs, at, nb: ev(ar, xs[0]), lax, flops))
+def _unary(name: str, ev: Callable, lax: str, flops: float = 1.0, absexpr: Callable | None = None) -> None:
+    _register(OpDef(name, 1, ALL, lambda s, a: tuple(s[0]), lambda ar, xs, at, nb: ev(ar, xs[0]), lax, flops,
+                    absexpr=(lambda ex, xs, sh, at: absexpr(ex, xs[0])) if absexpr else None))
 
 
-_unary("exp", lambda ar, x: ar.exp(x), "exp", 4)
-_unary("sqrt", lambda ar, x: ar.sqrt(x), "sqrt", 4)
-_unary("rsqrt", lambda ar, x: ar.div(ar.const(1.0, ar.shape(x)), ar.sqrt(x)), "sqrt", 4)
-_unary("square", lambda ar, x: ar.mul(x, x), "multilinear")
+_unary("exp", lambda ar, x: ar.exp(x), "exp", 4, lambda ex, x: ex.exp(x))
+_unary("sqrt", lambda ar, x: ar.sqrt(x), "sqrt", 4, lambda ex, x: ex.sqrt(x))
+_unary("rsqrt", lambda ar, x: ar.div(ar.const(1.0, ar.shape(x)), ar.sqrt(x)), "sqrt", 4,
+       lambda ex, x: ex.div(ex.const(), ex.sqrt(x)))
+_unary("square", lambda ar, x: ar.mul(x, x), "multilinear", 1.0, lambda ex, x: ex.mul(x, x))
 for _n in ("silu", "gelu", "relu", "sigmoid"):
-    _unary(_n, lambda ar, x, n=_n: ar.unary(n, x), "nonlax", 8)
+    _unary(_n, lambda ar, x, n=_n: ar.unary(n, x), "nonlax", 8, lambda ex, x, n=_n: ex.fn(n, x))
 
 
 def _const_shape(s, attrs):
@@ -120,7 +129,7 @@ def _const_shape(s, attrs):
 
 _register(OpDef("constant", 0, ALL, _const_shape,
                 lambda ar, xs, at, nb: ar.const(at["value"], (1,) * nb + tuple(at["shape"])),
-                "linear", 0.0, ("value", "shape")))
+                "linear", 0.0, ("value", "shape"), lambda ex, xs, sh, at: ex.const()))
 
 
 # -- matmul -------------------------------------------------------------------------------
@@ -137,7 +146,8 @@ def _matmul_shape(s, attrs):
 
 
 _register(OpDef("matmul", 2, ALL - {"th"}, _matmul_shape,
-                lambda ar, xs, at, nb: ar.matmul(*xs), "multilinear"))
+                lambda ar, xs, at, nb: ar.matmul(*xs), "multilinear",
+                absexpr=lambda ex, xs, sh, at: ex.sum(sh[0][-1], ex.mul(xs[0], xs[1]))))
 
 
 # -- reductions ---------------------------------------------------------------------------
@@ -156,8 +166,14 @@ def _reduce_eval(method):
     return ev
 
 
-_register(OpDef("reduction", 1, KT, _reduce_shape, _reduce_eval("sum"), "linear", attrs=("dim",)))
-_register(OpDef("reduce_max", 1, KT, _reduce_shape, _reduce_eval("max"), "nonlax", attrs=("dim",)))
+def _reduced_size(sh, at):
+    return sh[0][_norm_dim(at["dim"], len(sh[0]))]
+
+
+_register(OpDef("reduction", 1, KT, _reduce_shape, _reduce_eval("sum"), "linear", attrs=("dim",),
+                absexpr=lambda ex, xs, sh, at: ex.sum(_reduced_size(sh, at), xs[0])))
+_register(OpDef("reduce_max", 1, KT, _reduce_shape, _reduce_eval("max"), "nonlax", attrs=("dim",),
+                absexpr=lambda ex, xs, sh, at: ex.fn(f"max{_reduced_size(sh, at)}", xs[0])))
 
 
 def _dimx_shape(s, attrs):
@@ -178,7 +194,8 @@ def sum_to_dimx(ar, x, dimx: int, axis: int | None = None):
 
 
 _register(OpDef("reduction_to_dimx", 1, frozenset({"tb"}), _dimx_shape,
-                lambda ar, xs, at, nb: sum_to_dimx(ar, xs[0], at["dimx"]), "linear", attrs=("dimx",)))
+                lambda ar, xs, at, nb: sum_to_dimx(ar, xs[0], at["dimx"]), "linear", attrs=("dimx",),
+                absexpr=lambda ex, xs, sh, at: ex.sum(sh[0][-1] // at["dimx"], xs[0])))
 
 
 # -- normalization ------------------------------------------------------------------------
@@ -206,7 +223,18 @@ def _rms_eval(ar, xs, attrs, nb):
     return ar.div(x, rms(ar, x, axes, prod(ar.shape(x)[rank - k:])))
 
 
-_register(OpDef("rms_norm", 1, KT, _rms_shape, _rms_eval, "sqrt", 4, ("normalized_shape",)))
+def abstract_rms(ex, x, count: int):
+    """Abstract expression of sqrt(sum of `count` squares / count): the constant count
+    is the constant leaf."""
+    return ex.sqrt(ex.div(ex.sum(count, ex.mul(x, x)), ex.const()))
+
+
+def _rms_absexpr(ex, xs, sh, at):
+    k = len(at.get("normalized_shape") or (1,))
+    return ex.div(xs[0], abstract_rms(ex, xs[0], prod(sh[0][len(sh[0]) - k:])))
+
+
+_register(OpDef("rms_norm", 1, KT, _rms_shape, _rms_eval, "sqrt", 4, ("normalized_shape",), _rms_absexpr))
 
 
 # -- data movement ------------------------------------------------------------------------
@@ -239,7 +267,7 @@ def _reshape_shape(s, attrs):
 
 _register(OpDef("reshape", 1, KT, _reshape_shape,
                 lambda ar, xs, at, nb: ar.apply(lambda a: a.reshape(a.shape[:nb] + tuple(at["shape"])), xs[0]),
-                "linear", 0.0, ("shape",)))
+                "linear", 0.0, ("shape",), lambda ex, xs, sh, at: xs[0]))
 
 
 def _transpose_shape(s, attrs):
@@ -252,7 +280,7 @@ def _transpose_shape(s, attrs):
 _register(OpDef("transpose", 1, KT, _transpose_shape,
                 lambda ar, xs, at, nb: ar.apply(
                     lambda a: a.transpose(tuple(range(nb)) + tuple(nb + p for p in at["permutation"])), xs[0]),
-                "linear", 0.0, ("permutation",)))
+                "linear", 0.0, ("permutation",), lambda ex, xs, sh, at: xs[0]))
 
 
 def _repeat_shape(s, attrs):
@@ -264,7 +292,7 @@ def _repeat_shape(s, attrs):
 
 _register(OpDef("repeat", 1, KT, _repeat_shape,
                 lambda ar, xs, at, nb: ar.apply(lambda a: np.tile(a, (1,) * nb + tuple(at["repeats"])), xs[0]),
-                "linear", 0.0, ("repeats",)))
+                "linear", 0.0, ("repeats",), lambda ex, xs, sh, at: xs[0]))
 
 
 # -- for-loop accumulators (tb level; not in OPS: the interpreter applies them) -----------
@@ -297,3 +325,21 @@ def accumulate(ar, kind: str, x, loop_axis: int, iterations: int, dimx: int):
     if kind == "mean":
         return ar.div(s, ar.const(float(count), ar.shape(s)))
     return s
+
+
+def accum_absexpr(ex, kind: str, x, shape: Shape, iterations: int, dimx: int):
+    """Abstract expression of `tb.forloop_accum <kind>` applied to a tile of `shape` over
+    `iterations` iterations (paper Table 1, Accum; the reducing kinds also sum the tile's
+    last dim)."""
+    if kind == "none":
+        return ex.sum(iterations, x)
+    if kind == "max":
+        return ex.fn(f"max{iterations}", x)
+    if kind == "sum_todimx":
+        return ex.sum(iterations * (shape[-1] // dimx), x)
+    n = iterations * shape[-1]
+    if kind == "rms":
+        return abstract_rms(ex, x, n)
+    if kind == "mean":
+        return ex.div(ex.sum(n, x), ex.const())
+    return ex.sum(n, x)

@@ -1,0 +1,293 @@
+"""Search limits, presets and schedule candidates (the reference's DimStrategy).
+
+Schedules are proposed from *dimension classes*: every dim of the reference's inputs
+is put in a class by union-find over the reference program (a matmul ties A's last dim
+to B's second-to-last, element-wise ops tie aligned dims, ...), so a class is one
+logical loop index (rows, hidden dim, output columns, KV sequence, ...). A schedule
+splits some classes over grid dims (each split class gets one grid dim; tile sizes from
+`tile_sizes`, block count bounded by `max_blocks`, sized from the SM count) and at most
+one *reduced* class over the for-loop; the imap/fmap of every input then follows (the
+input's dim of that class, or replica). The caller can instead give explicit lists
+(Mirage's `griddims`, `imaps`, `fmaps`, `franges`), which are enumerated as a product.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from itertools import product
+from math import prod
+from typing import Sequence
+
+H100_SMS = 132
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    max_kernel_ops: int = 2  # kernel ops of a candidate (pre-defined + graph-defined)
+    max_graph_defs: int = 2  # graph-defined kernels of a candidate
+    max_block_ops: int = 11  # block-graph ops, counting input iterators and output savers
+    max_block_inputs: int = 4
+    max_block_outputs: int = 2
+    max_grid_dims: int = 3
+    tile_sizes: tuple = (1, 16, 32, 64, 128)  # candidate per-block/per-iteration tile extents
+    max_blocks: int = 2 * H100_SMS
+    sms: int = H100_SMS
+    reduction_dimx: int = 64
+    block_dim: tuple = (128, 1, 1)
+    grid_reduced: bool = True  # allow splitting a reduced class over the grid (split-K)
+    block_reductions: bool = True  # reduction ops in block graphs (for combining split-K partials)
+    predefined_ops: bool = True  # allow pre-defined kernel ops in candidates
+    kernel_op_kinds: tuple | None = None  # default: the reference's kinds
+    block_op_kinds: tuple | None = None  # default: derived from the reference
+    accum_kinds: tuple | None = None  # default: derived from the reference
+    prune: bool = True  # abstract-expression pruning (§4.3)
+    checker: str = "fast"  # "fast" (normal forms) or "z3"
+    smem_capacity: int = 227 * 1024
+    time_limit: float = 600.0
+    max_states: int | None = None  # cap on visited states (for the no-pruning runs)
+    workers: int = 0  # 0: all cores
+    seed: int = 0
+    top_k: int = 5
+    verify: bool = True
+    # explicit schedule lists (Mirage API); None: derived from dimension classes
+    griddims: tuple | None = None
+    imaps: tuple | None = None
+    omaps: tuple | None = None
+    fmaps: tuple | None = None
+    franges: tuple | None = None
+
+    def with_(self, **kw) -> "SearchConfig":
+        return replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+
+PRESETS = {
+    # one grid dim over output columns, loop over the contraction (Mirage's "mlp"/"lora")
+    "mlp": dict(max_grid_dims=1, grid_reduced=False, max_kernel_ops=1, max_graph_defs=1,
+                tile_sizes=(16, 32, 64, 128), max_block_outputs=1, block_reductions=False),
+    "lora": dict(max_grid_dims=1, grid_reduced=False, max_kernel_ops=1, max_graph_defs=1,
+                 tile_sizes=(16, 32, 64, 128), max_block_outputs=1, block_reductions=False),
+    # several grid dims, split of the KV sequence over blocks + a reduction kernel
+    "attention": dict(max_grid_dims=3, grid_reduced=True, max_kernel_ops=2, max_graph_defs=2,
+                      tile_sizes=(1, 16, 64), max_block_outputs=2, predefined_ops=False),
+}
+
+
+def make_config(config=None, **overrides) -> SearchConfig:
+    if isinstance(config, SearchConfig):
+        base = config
+    elif config is None:
+        base = SearchConfig()
+    elif config in PRESETS:
+        base = SearchConfig(**PRESETS[config])
+    else:
+        raise ValueError(f"unknown search preset '{config}' (presets: {', '.join(PRESETS)})")
+    return base.with_(**overrides)
+
+
+# -- dimension classes -------------------------------------------------------------------
+
+class _UF:
+    def __init__(self):
+        self.p: dict = {}
+
+    def find(self, x):
+        self.p.setdefault(x, x)
+        while self.p[x] != x:
+            self.p[x] = self.p[self.p[x]]
+            x = self.p[x]
+        return x
+
+    def union(self, a, b):
+        a, b = self.find(a), self.find(b)
+        if a != b:
+            self.p[max(a, b)] = min(a, b)
+
+
+def dim_classes(g) -> tuple[list[tuple], set]:
+    """Class of every dim of each input of KNGraph `g` (tuples of class names, None for
+    size-1 dims) and the set of reduced classes (contracted or reduced somewhere)."""
+    uf = _UF()
+    key = {}
+    order = []
+
+    def k(t, d):
+        kk = (id(t), d)
+        if kk not in key:
+            key[kk] = len(order)
+            order.append(kk)
+        return key[kk]
+
+    for t in g.inputs:
+        for d in range(len(t.shape)):
+            k(t, d)
+    reduced = []
+    for op in g.ops:
+        ins, out = op.inputs, op.outputs[0] if op.outputs else None
+        if op.kind == "matmul":
+            a, b = ins
+            r = len(a.shape)
+            for d in range(r - 2):
+                uf.union(k(a, d), k(out, d))
+                uf.union(k(b, d), k(out, d))
+            uf.union(k(a, r - 2), k(out, r - 2))
+            uf.union(k(b, r - 1), k(out, r - 1))
+            uf.union(k(a, r - 1), k(b, r - 2))
+            reduced.append(k(a, r - 1))
+        elif op.kind in ("reduction", "reduce_max"):
+            d0 = op.attrs["dim"] % len(ins[0].shape)
+            for d in range(len(ins[0].shape)):
+                if d != d0:
+                    uf.union(k(ins[0], d), k(out, d))
+            reduced.append(k(ins[0], d0))
+        elif op.kind == "rms_norm":
+            x = ins[0]
+            n = len(op.attrs.get("normalized_shape") or (1,))
+            for d in range(len(x.shape)):
+                uf.union(k(x, d), k(out, d))
+                if d >= len(x.shape) - n:
+                    reduced.append(k(x, d))
+        elif out is not None and op.kind in ("add", "sub", "mul", "div", "exp", "sqrt", "rsqrt", "square",
+                                             "silu", "gelu", "relu", "sigmoid"):
+            r = len(out.shape)
+            for x in ins:
+                off = r - len(x.shape)
+                for d in range(len(x.shape)):
+                    if x.shape[d] == out.shape[off + d] and x.shape[d] > 1:
+                        uf.union(k(x, d), k(out, off + d))
+    names: dict = {}
+    classes = []
+    for t in g.inputs:
+        cs = []
+        for d, n in enumerate(t.shape):
+            if n == 1:
+                cs.append(None)
+                continue
+            root = uf.find(k(t, d))
+            names.setdefault(root, f"c{len(names)}")
+            cs.append(names[root])
+        classes.append(tuple(cs))
+    red = {names[uf.find(r)] for r in reduced if uf.find(r) in names}
+    return classes, red
+
+
+# -- schedules ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Schedule:
+    grid: tuple  # (x, y, z)
+    forloop: int
+    maps: tuple  # per input: (imap (x, y, z), fmap)
+    grid_classes: tuple = ()  # class split by each grid dim (informational)
+    loop_class: object = None
+
+    def describe(self) -> str:
+        return f"grid {list(self.grid)} forloop {self.forloop} maps {list(self.maps)}"
+
+
+def _tile_ok(tile: int, extent: int, cfg: SearchConfig) -> bool:
+    return tile == extent or tile in cfg.tile_sizes
+
+
+def schedules(shapes: Sequence[tuple], classes: Sequence[tuple], reduced: set, cfg: SearchConfig,
+              loop_needed: bool | None = None) -> list[Schedule]:
+    """Schedule candidates for a graph-defined kernel over inputs of `shapes`."""
+    if cfg.griddims is not None or cfg.imaps is not None or cfg.fmaps is not None:
+        return _explicit_schedules(shapes, cfg)
+    extent: dict = {}
+    for sh, cs in zip(shapes, classes):
+        for n, c in zip(sh, cs):
+            if c is None:
+                continue
+            if extent.setdefault(c, n) != n:
+                extent[c] = -1  # inconsistent sizes: never split
+    cls = [c for c in sorted(extent, key=_class_order) if extent[c] > 0]
+    opts = {}
+    for c in cls:
+        n = extent[c]
+        divs = [d for d in range(1, n + 1) if n % d == 0 and d <= cfg.max_blocks]
+        grid_opts = [1] + [d for d in divs if d > 1 and (cfg.grid_reduced or c not in reduced)]
+        opts[c] = grid_opts
+    out = []
+    franges = cfg.franges
+    for gsplit in product(*[opts[c] for c in cls]):
+        split = [(c, s) for c, s in zip(cls, gsplit) if s > 1]
+        if len(split) > cfg.max_grid_dims or prod(gsplit) > cfg.max_blocks:
+            continue
+        gs = dict(zip(cls, gsplit))
+        loops = [(None, 1)]
+        for c in cls:
+            if c not in reduced:
+                continue
+            rem = extent[c] // gs[c]
+            for r in range(2, rem + 1):
+                if rem % r == 0 and _tile_ok(rem // r, extent[c], cfg):
+                    loops.append((c, r))
+        for lc, lr in loops:
+            if franges is not None and lr not in franges:
+                continue
+            if loop_needed is False and lr > 1:
+                continue
+            ok = True
+            for c in cls:
+                t = extent[c] // gs[c] // (lr if c == lc else 1)
+                if not _tile_ok(t, extent[c], cfg):
+                    ok = False
+                    break
+            if not ok:
+                continue
+            grid = tuple(s for _, s in split) + (1,) * (3 - len(split))
+            maps = []
+            for sh, cs in zip(shapes, classes):
+                imap = []
+                for c, _ in split:
+                    imap.append(cs.index(c) if c in cs else -1)
+                imap += [-1] * (3 - len(imap))
+                fmap = cs.index(lc) if lc is not None and lc in cs else -1
+                maps.append((tuple(imap), fmap))
+            if lr > 1 and all(f == -1 for _, f in maps):
+                continue
+            out.append(Schedule(grid, lr, tuple(maps), tuple(c for c, _ in split), lc))
+    return out
+
+
+def _class_order(c):
+    return (0, int(c[1:])) if isinstance(c, str) and c[1:].isdigit() else (1, repr(c))
+
+
+def _explicit_schedules(shapes, cfg: SearchConfig) -> list[Schedule]:
+    grids = [tuple(g) + (1,) * (3 - len(g)) for g in (cfg.griddims or [(1, 1, 1)])]
+    imaps = [tuple(m) + (-1,) * (3 - len(m)) for m in (cfg.imaps or [(-1, -1, -1)])]
+    fmaps = list(cfg.fmaps or [-1])
+    franges = list(cfg.franges or [1])
+    out = []
+    for grid in grids:
+        for fr in franges:
+            per_input = []
+            for sh in shapes:
+                opts = []
+                for im in imaps:
+                    for fm in fmaps:
+                        if _divides(sh, grid, im, fm, fr):
+                            opts.append((im, fm))
+                per_input.append(opts)
+            for maps in product(*per_input):
+                if fr > 1 and all(f == -1 for _, f in maps):
+                    continue
+                out.append(Schedule(grid, fr, tuple(maps)))
+    return out
+
+
+def _divides(shape, grid, imap, fmap, fr) -> bool:
+    tile = list(shape)
+    for g, d in zip(grid, imap):
+        if d == -1:
+            continue
+        if d >= len(shape) or tile[d] % g:
+            return False
+        tile[d] //= g
+    if fmap != -1:
+        if fmap >= len(shape) or tile[fmap] % fr:
+            return False
+    for g, d in zip(grid, imap):
+        if g > 1 and d == -1:
+            pass
+    return True

@@ -1,0 +1,135 @@
+"""Analytical cost model used to rank verified candidates.
+
+Per kernel: time = launch + max(device-memory time, shared-memory time, compute time),
+each divided by an occupancy factor α in the spirit of MCFuser's performance model
+(eqs. 2-5): with B blocks on S SMs the last wave is partly empty, so
+α = B / (ceil(B / S) · S), and a kernel with fewer blocks than SMs uses only B/S of the
+SMs (shared memory, compute); device memory saturates once about half the SMs stream
+(min(1, 2α) for a single wave). Pre-defined kernels are assumed to fill the machine.
+
+- device-memory bytes: every block loads its input tiles (every iteration for inputs
+  that the loop slices; once otherwise) and stores its output tiles; pre-defined
+  kernels read their inputs and write their output once;
+- shared-memory traffic: every block op reads its operands and writes its result (per
+  iteration before the accumulators, once after); ops fused into a thread graph keep
+  their intermediates in registers, so only the group's operands and result count;
+- FLOPs from the op table (matmuls on tensor cores, the rest on the SIMT units).
+H100 SXM parameters by default.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import ceil, prod
+
+from ..core import ops as O
+from ..core.graph import KNGraph, TBGraph
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str = "H100-SXM"
+    sms: int = 132
+    dram_bw: float = 3.35e12  # B/s
+    smem_bw: float = 132 * 128 * 1.755e9  # B/s, all SMs
+    tensor_flops: float = 989e12  # fp16 dense
+    simt_flops: float = 67e12
+    launch: float = 3e-6  # s per kernel
+
+
+H100 = Device()
+
+
+@dataclass
+class KernelCost:
+    kind: str
+    blocks: int
+    dram_bytes: float
+    smem_bytes: float
+    flops: float
+    alpha: float
+    time: float
+
+
+@dataclass
+class Cost:
+    time: float  # seconds (the ranking key)
+    kernels: list = field(default_factory=list)
+
+    @property
+    def launches(self) -> int:
+        return len(self.kernels)
+
+    @property
+    def dram_bytes(self) -> float:
+        return sum(k.dram_bytes for k in self.kernels)
+
+    def summary(self) -> str:
+        return (f"{self.time * 1e6:.2f} us, {self.launches} kernel(s), {self.dram_bytes / 1e6:.2f} MB device "
+                f"memory, {sum(k.smem_bytes for k in self.kernels) / 1e6:.2f} MB shared memory, "
+                f"{sum(k.flops for k in self.kernels) / 1e9:.3f} GFLOP")
+
+
+def _bytes(t) -> float:
+    return prod(t.shape) * t.dtype.itemsize
+
+
+def alpha(blocks: int, sms: int) -> float:
+    return blocks / (ceil(blocks / sms) * sms)
+
+
+def cost(g: KNGraph, dev: Device = H100) -> Cost:
+    ks = []
+    for op in g.ops:
+        if op.kind == "graph_def":
+            ks.append(_graph_def_cost(op, dev))
+        else:
+            if op.kind in ("reshape",):
+                continue
+            d = O.OPS[op.kind]
+            b = sum(_bytes(t) for t in op.inputs) + _bytes(op.outputs[0])
+            f = d.flops([t.shape for t in op.inputs], op.outputs[0].shape, op.attrs)
+            peak = dev.tensor_flops if op.kind == "matmul" else dev.simt_flops
+            t = dev.launch + max(b / dev.dram_bw, f / peak)
+            ks.append(KernelCost(op.kind, dev.sms, b, 0.0, f, 1.0, t))
+    return Cost(sum(k.time for k in ks), ks)
+
+
+def _graph_def_cost(op, dev: Device) -> KernelCost:
+    tb: TBGraph = op.body
+    blocks = prod(tb.grid_dim)
+    iters = tb.forloop_range
+    dram = 0.0
+    smem = 0.0
+    for rec in tb.inputs:
+        n = iters if rec.forloop_dim != -1 else 1
+        per = _bytes(rec.stensor)
+        dram += per * n * blocks
+        smem += per * n * blocks
+    for o in tb.outputs:
+        dram += _bytes(o.stensor) * (iters if o.forloop_dim != -1 else 1) * blocks
+    post = tb.accum_counts(varying_only=False)
+    tc, simt = 0.0, 0.0
+    for bop in tb.ops:
+        out = bop.outputs[0]
+        after = (post.get(id(out)) or (0, 0))[1] >= 1 and bop.kind != "forloop_accum"
+        n = 1 if after else iters
+        traffic = sum(_bytes(t) for t in bop.inputs) + sum(_bytes(t) for t in bop.outputs)
+        smem += traffic * n * blocks
+        if bop.kind == "thread_graph":
+            fl = sum(O.OPS[t.kind].flops([()] * len(t.inputs), (), t.attrs) for t in bop.body.ops) * prod(out.shape)
+            simt += fl * n * blocks
+        elif bop.kind == "forloop_accum":
+            simt += prod(bop.inputs[0].shape) * iters * blocks
+        else:
+            fl = O.OPS[bop.kind].flops([t.shape for t in bop.inputs], out.shape, bop.attrs) * n * blocks
+            if bop.kind == "matmul":
+                tc += fl
+            else:
+                simt += fl
+    a = alpha(blocks, dev.sms)
+    # device memory saturates once about half the SMs stream; shared memory and compute
+    # scale with the busy SMs
+    mem_a = a if blocks > dev.sms else min(1.0, 2.0 * a)
+    t = dev.launch + max(dram / (dev.dram_bw * mem_a), smem / (dev.smem_bw * a),
+                         tc / (dev.tensor_flops * a) + simt / (dev.simt_flops * a))
+    return KernelCost("graph_def", blocks, dram, smem, tc + simt, a, t)

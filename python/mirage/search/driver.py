@@ -1,0 +1,261 @@
+"""`superoptimize`: run the generator (in parallel), verify, dedupe, rank, report.
+
+Work is split into items: the first kernel op of a candidate (a pre-defined op, or a
+graph-defined kernel over one input set with one schedule); each item runs the whole
+DFS below it in one worker process, verifies and costs its complete candidates, and
+returns them with its statistics. Results are merged, deduplicated by canonical key
+and sorted by (cost, key), so the outcome does not depend on which worker ran what;
+with a time limit, what finishes in time does. Ctrl-C (or the time limit) stops the
+workers, which return what they found so far.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+from ..core.graph import KNGraph
+from . import build as B
+from .check import equivalent
+from .config import SearchConfig, make_config
+from .cost import Cost, Device, H100, cost
+from .generator import Generator, Stats, Stop
+
+
+@dataclass
+class Candidate:
+    graph: KNGraph
+    cost: Cost
+    key: str
+    plan: object = None
+
+    @property
+    def time_us(self) -> float:
+        return self.cost.time * 1e6
+
+
+@dataclass
+class SearchResult:
+    reference: KNGraph
+    candidates: list  # ranked, best first (the reference is among them)
+    stats: Stats
+    seconds: float
+    config: SearchConfig
+    reference_cost: Cost = None
+    from_cache: bool = False
+    notes: list = field(default_factory=list)
+
+    @property
+    def best(self) -> KNGraph:
+        return self.candidates[0].graph
+
+    def report(self) -> str:
+        s = self.stats
+        lines = [f"superoptimize {self.reference.name}: {self.seconds:.1f} s"
+                 + (" (from cache)" if self.from_cache else "")
+                 + (f", stopped early ({s.stopped})" if s.stopped else ""),
+                 f"  states visited: {s.states} (kernel {s.kernel_states}, block {s.block_states}), "
+                 f"schedules {s.schedules}",
+                 "  pruned: " + (", ".join(f"{k} {v}" for k, v in sorted(s.pruned.items())) or "none"),
+                 f"  candidates: {s.candidates} found, {s.verified} verified, {s.rejected} rejected by the "
+                 f"equivalence check; {len(self.candidates)} distinct kept",
+                 f"  reference: {self.reference_cost.summary()}"]
+        for k, c in enumerate(self.candidates[:self.config.top_k]):
+            tag = " (reference)" if c.key == "reference" else ""
+            lines.append(f"  #{k + 1}{tag}: {c.cost.summary()}")
+        lines += ["  note: " + n for n in self.notes]
+        return "\n".join(lines)
+
+
+# -- worker side -------------------------------------------------------------------------
+
+_W: dict = {}
+
+
+def _init_worker(ref, cfg, deadline, stop_event, quiet=True):
+    if quiet:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _W["gen"] = Generator(ref, cfg, deadline, stop_event)
+    _W["ref"] = ref
+
+
+def _run_item(item):
+    gen: Generator = _W["gen"]
+    ref = _W["ref"]
+    gen.stats = Stats()
+    found = {}
+
+    def on_candidate(plan):
+        key = B.plan_key(plan)
+        if key in found:
+            return
+        try:
+            g = B.build(ref, plan)
+        except Exception:
+            gen.stats.rejected += 1
+            return
+        if gen.cfg.verify:
+            if not equivalent(ref, g, gen.cfg.seed):
+                gen.stats.rejected += 1
+                return
+        gen.stats.verified += 1
+        found[key] = (plan, cost(g).time)
+
+    gen.on_candidate = on_candidate
+    st = gen.initial()
+    try:
+        if item[0] == "op":
+            nst = gen.apply_op(st, item)
+            if nst is not None:
+                gen.search_kernel(nst)
+        else:
+            _, I, sched = item
+            for nst in gen.graph_defs(st, I, [sched]):
+                gen.search_kernel(nst)
+    except Stop:
+        pass
+    gen.stats.expr_checks = gen.T.checks
+    return found, gen.stats
+
+
+def work_items(gen: Generator) -> list:
+    st = gen.initial()
+    items = []
+    for c in gen.kernel_choices(st):
+        if c[0] == "op":
+            items.append(c)
+        else:
+            for s in gen.schedules_for(st, c[1]):
+                items.append(("graph_def", c[1], s))
+    return items
+
+
+# -- driver --------------------------------------------------------------------------------
+
+def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Device = H100,
+                  cache_dir: str | None = None, **overrides) -> SearchResult:
+    """Search μGraphs equivalent to `ref`; returns the ranked, verified candidates."""
+    from .cache import load as cache_load, store as cache_store
+    from .partition import needs_partition, partitioned_search
+
+    cfg = make_config(config, **overrides)
+    t0 = time.monotonic()
+    ref_cost = cost(ref, device)
+    if cache_dir:
+        hit = cache_load(cache_dir, ref, cfg)
+        if hit is not None:
+            cands = [Candidate(g, cost(g, device), B.graph_key(g)) for g in hit]
+            return SearchResult(ref, cands, Stats(), time.monotonic() - t0, cfg, ref_cost, from_cache=True)
+    if needs_partition(ref):
+        res = partitioned_search(ref, cfg, verbose, device)
+    else:
+        res = _search(ref, cfg, verbose, device)
+    res.seconds = time.monotonic() - t0
+    res.reference_cost = ref_cost
+    if cache_dir and not res.stats.stopped:
+        cache_store(cache_dir, ref, cfg, [c.graph for c in res.candidates[:cfg.top_k]])
+    if verbose:
+        print(res.report(), file=sys.stderr)
+    return res
+
+
+def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Device) -> SearchResult:
+    t0 = time.monotonic()
+    deadline = t0 + cfg.time_limit
+    gen = Generator(ref, cfg)
+    items = work_items(gen)
+    workers = cfg.workers or os.cpu_count() or 1
+    workers = max(1, min(workers, len(items) or 1))
+    stats = Stats()
+    found: dict = {}
+    progress = _Progress(verbose, len(items))
+
+    def absorb(res):
+        f, s = res
+        stats.merge(s)
+        for k, v in f.items():
+            found.setdefault(k, v)
+        progress.update(stats, found)
+
+    if workers == 1:
+        stop = None
+        _init_worker(ref, cfg, deadline, None, quiet=False)
+        try:
+            for it in items:
+                absorb(_run_item(it))
+                if _W["gen"].stats.stopped:
+                    break
+        except KeyboardInterrupt:
+            stats.stopped = "interrupted"
+    else:
+        ctx = mp.get_context("fork")
+        stop = ctx.Event()
+        pool = ctx.Pool(workers, _init_worker, (ref, cfg, deadline, stop))
+        try:
+            it = pool.imap_unordered(_run_item, items, chunksize=1)
+            try:
+                for res in it:
+                    absorb(res)
+            except KeyboardInterrupt:
+                stop.set()
+                stats.stopped = "interrupted"
+                for res in it:
+                    absorb(res)
+        finally:
+            pool.close()
+            pool.join()
+    progress.done()
+    return _rank(ref, cfg, stats, found, device, time.monotonic() - t0)
+
+
+def _rank(ref, cfg, stats, found: dict, device, seconds) -> SearchResult:
+    cands = []
+    seen_graphs = set()
+    order = sorted(found.items(), key=lambda kv: (kv[1][1], kv[0]))
+    for key, (plan, _) in order:
+        g = B.build(ref, plan)
+        gk = B.graph_key(g)
+        if gk in seen_graphs:
+            continue
+        seen_graphs.add(gk)
+        cands.append(Candidate(g, cost(g, device), key, plan))
+    base = Candidate(ref, cost(ref, device), "reference", B.reference_plan(ref))
+    cands.append(base)
+    cands.sort(key=_order)
+    return SearchResult(ref, cands, stats, seconds, cfg)
+
+
+def _order(c: Candidate):
+    ks = c.cost.kernels
+    return (round(c.cost.time, 12), sum(k.dram_bytes for k in ks), sum(k.smem_bytes for k in ks),
+            sum(k.flops for k in ks), c.key)
+
+
+class _Progress:
+    def __init__(self, on: bool, total: int):
+        self.on = on and sys.stderr is not None
+        self.total = total
+        self.done_items = 0
+        self.last = 0.0
+
+    def update(self, stats: Stats, found: dict):
+        self.done_items += 1
+        if not self.on:
+            return
+        now = time.monotonic()
+        if now - self.last < 0.5 and self.done_items < self.total:
+            return
+        self.last = now
+        best = min((v[1] for v in found.values()), default=None)
+        pr = " ".join(f"{k}={v}" for k, v in sorted(stats.pruned.items()))
+        msg = (f"\r[search] items {self.done_items}/{self.total} states {stats.states} pruned[{pr}] "
+               f"verified {stats.verified} best "
+               + (f"{best * 1e6:.2f}us" if best is not None else "-"))
+        print(msg[:200], end="", file=sys.stderr, flush=True)
+
+    def done(self):
+        if self.on:
+            print(file=sys.stderr)
