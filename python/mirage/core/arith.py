@@ -54,14 +54,9 @@ class Arith:
 
 
 def _gelu(x):
-    from math import sqrt
+    from scipy.special import erf  # exact erf form, as torch.nn.functional.gelu
 
-    try:
-        from scipy.special import erf  # type: ignore
-
-        return 0.5 * x * (1.0 + erf(x / sqrt(2.0)))
-    except ImportError:  # tanh form, within 1e-3 of the erf form
-        return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))
 
 
 _UNARY = {
