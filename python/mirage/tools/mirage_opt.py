@@ -94,7 +94,7 @@ def usage(ours: dict) -> str:
     for name, cls in ours.items():
         lines.append(f"  --{name:<27} {cls.summary}")
         for o in cls.options:
-            lines.append(f"      {o.name}={o.default!r:<20} {o.help}")
+            lines.append(f"      {o.name}={o.default!r}".ljust(36) + f" {o.help}")
     return "\n".join(lines)
 
 
