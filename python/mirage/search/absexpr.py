@@ -307,10 +307,16 @@ class Table:
         left.subtract(Counter(pf))
         if any(v < 0 for v in left.values()):
             return None
-        if pd and pd != od:
-            return None
         rest = tuple(sorted(left.elements()))
-        return (oc // pc, rest, 0 if pd else od)
+        if pd == od:
+            return (oc // pc, rest, 0)
+        if pd:
+            PD, OD = self.monos(pd), self.monos(od) if od else ()
+            if not (len(PD) == 1 and len(OD) == 1 and self._mono_divides(PD[0], OD[0])):
+                return None
+        # the denominators differ by a factor: compare quotients up to that factor (an
+        # over-approximation; it only keeps more prefixes)
+        return (oc // pc, rest, "*")
 
     def _common_factor(self, P: tuple, O: tuple) -> bool:
         """add(mul(x, z), mul(y, z)) = mul(add(x, y), z): P's monomials times one common
