@@ -50,14 +50,15 @@ def rmsnorm_reference(bs=1):
     return g
 
 
-def rmsnorm_fused(bs=1):
-    """One kernel: X and G replicated, W split by columns over 96 blocks, a 64-step loop
-    over the hidden dim; the matmul sums across iterations, rms(X) accumulates beside
-    it, and the division runs once after the loop (paper §3, Figure 3)."""
+def rmsnorm_fused(bs=1, cols=64, threads=128, krows=64):
+    """One kernel: X and G replicated, W split by columns over 6144/cols blocks (96), a
+    loop over the hidden dim in krows-row steps (64 steps); the matmul sums across
+    iterations, rms(X) accumulates beside it, and the division runs once after the loop
+    (paper §3, Figure 3)."""
     g = mi.new_kernel_graph("rmsnorm_linear")
     X, G, W = (g.new_input(s) for s in _rmsnorm_shapes(bs))
-    tb = mi.new_threadblock_graph(grid_dim=(96, 1, 1), block_dim=(128, 1, 1), forloop_range=64,
-                                  reduction_dimx=64)
+    tb = mi.new_threadblock_graph(grid_dim=(6144 // cols, 1, 1), block_dim=(threads, 1, 1),
+                                  forloop_range=4096 // krows, reduction_dimx=64)
     tX = tb.new_input(X, input_map=(-1, -1, -1), forloop_dim=1)
     tG = tb.new_input(G, input_map=(-1, -1, -1), forloop_dim=0)
     tW = tb.new_input(W, input_map=(1, -1, -1), forloop_dim=0)

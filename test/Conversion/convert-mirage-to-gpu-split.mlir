@@ -1,21 +1,44 @@
 // RUN: mirage-opt %s --convert-mirage-to-gpu | FileCheck %s
+// RUN: mirage-opt %s --pass-pipeline='builtin.module(convert-mirage-to-gpu{fold-combine=false})' | FileCheck %s --check-prefix=TWO
 
 // 2 blocks are far fewer than the SMs: the 4-iteration loop is split over 2 blocks
-// (grid z). The partial kernel writes raw f32 accumulators to a workspace buffer, the
-// combine kernel sums them, then runs silu and the saver.
+// (grid z). Default: one kernel; every block writes its raw f32 accumulators to the
+// workspace, counts its arrival (atomic add on a per-group counter after the
+// workspace's partials), and the last block of the group sums the partials, runs silu and
+// the saver, and resets the counter. The workspace is 2 splits x 2 blocks x 8x32 + 2 counters.
 // CHECK-LABEL: gpu.module @mlp_kernels
-// CHECK-SAME: \22buffers\22: [{\22shape\22: [1024], \22dtype\22: \22f32\22}]
-// CHECK: gpu.func @mlp_k0_partial(%{{.*}}: memref<2048xf16>, %{{.*}}: memref<16384xf16>, %[[WS:.*]]: memref<1024xf32>) kernel
+// CHECK-SAME: \22buffers\22: [{\22shape\22: [1026], \22dtype\22: \22f32\22}]
+// CHECK: gpu.func @mlp_k0_split(%{{.*}}: memref<2048xf16>, %[[W:.*]]: memref<16384xf16>, %[[WS:.*]]: memref<1026xf32>, %{{.*}}: memref<512xf16>) kernel
 // CHECK-SAME: known_grid_size = array<i32: 2, 1, 2>
 // CHECK: gpu.block_id z
+// CHECK: memref.extract_aligned_pointer_as_index %[[W]]
+// CHECK: L2::evict_first
 // CHECK: nvgpu.mma.sync
 // CHECK: memref.store {{.*}}, %[[WS]]
-// CHECK: gpu.func @mlp_k0_combine(%{{.*}}: memref<2048xf16>, %{{.*}}: memref<16384xf16>, %[[WS2:.*]]: memref<1024xf32>, %{{.*}}: memref<512xf16>) kernel
-// CHECK-SAME: known_grid_size = array<i32: 2, 1, 1>
-// CHECK: memref.load %[[WS2]]
+// CHECK: fence.acq_rel.gpu
+// CHECK: memref.atomic_rmw addf {{.*}}, %[[WS]]
+// CHECK: scf.if
+// CHECK: memref.load %[[WS]]
 // CHECK: math.exp
-// CHECK-NOT: nvgpu.mma.sync
+// CHECK: memref.store {{.*}}, %[[WS]]
 // CHECK: gpu.return
+// CHECK-NOT: gpu.func
+
+// With fold-combine=false: the partial kernel writes raw f32 accumulators to a workspace
+// buffer, a second (combine) kernel sums them, then runs silu and the saver.
+// TWO-LABEL: gpu.module @mlp_kernels
+// TWO-SAME: \22buffers\22: [{\22shape\22: [1024], \22dtype\22: \22f32\22}]
+// TWO: gpu.func @mlp_k0_partial(%{{.*}}: memref<2048xf16>, %{{.*}}: memref<16384xf16>, %[[WS:.*]]: memref<1024xf32>) kernel
+// TWO-SAME: known_grid_size = array<i32: 2, 1, 2>
+// TWO: gpu.block_id z
+// TWO: nvgpu.mma.sync
+// TWO: memref.store {{.*}}, %[[WS]]
+// TWO: gpu.func @mlp_k0_combine(%{{.*}}: memref<2048xf16>, %{{.*}}: memref<16384xf16>, %[[WS2:.*]]: memref<1024xf32>, %{{.*}}: memref<512xf16>) kernel
+// TWO-SAME: known_grid_size = array<i32: 2, 1, 1>
+// TWO: memref.load %[[WS2]]
+// TWO: math.exp
+// TWO-NOT: nvgpu.mma.sync
+// TWO: gpu.return
 module {
   func.func @mlp(%arg0: tensor<8x256xf16>, %arg1: tensor<256x64xf16>) -> tensor<8x64xf16> {
     %0 = kn.graph_def (%arg0, %arg1) grid [2, 1, 1] block [128, 1, 1] forloop 4 dimx 64 : (tensor<8x256xf16>, tensor<256x64xf16>) -> tensor<8x64xf16> {

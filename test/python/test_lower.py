@@ -121,8 +121,21 @@ def test_reductions_use_warp_shuffles():
     assert ptx.count("shfl.sync.bfly.b32") >= 10  # 5 butterfly steps each
 
 
+def test_split_for_loop_one_kernel_with_last_block_combine():
+    low, ptx = to_ptx(BENCHMARKS["rmsnorm_linear"].fused(1))  # 96 blocks < 3/4 of 132 SMs
+    assert [k["name"] for k in low.kernels] == ["rmsnorm_linear_k0_split"]
+    (k,) = low.kernels
+    assert k["grid"] == [96, 1, 4]
+    ws = low.buffers[-1]  # partials, then one arrival counter per block of the μGraph's grid
+    assert ws["dtype"] == "f32" and ws["shape"] == [4 * 96 * (2 * 64 + 2 * 1) + 96]
+    assert k["args"][-2:] == [{"kind": "buffer", "index": 0}, {"kind": "output", "index": 0}]
+    body = entry_body(ptx, "rmsnorm_linear_k0_split")
+    assert body.count("fence.acq_rel.gpu") == 2 and "atom.global.add.f32" in body
+    assert "mma.sync.aligned.m16n8k16" in body
+
+
 def test_split_for_loop_two_kernels_and_workspace():
-    low = convert_to_gpu(BENCHMARKS["rmsnorm_linear"].fused(1))  # 96 blocks < 3/4 of 132 SMs
+    low = convert_to_gpu(BENCHMARKS["rmsnorm_linear"].fused(1), Options(fold_combine=False))
     assert [k["name"] for k in low.kernels] == ["rmsnorm_linear_k0_partial", "rmsnorm_linear_k0_combine"]
     part, comb = low.kernels
     assert part["grid"] == [96, 1, 4] and comb["grid"] == [96, 1, 1]
@@ -134,6 +147,17 @@ def test_split_for_loop_two_kernels_and_workspace():
     assert len(one.kernels) == 1 and one.buffers == []
     # gated MLP's 128 blocks already fill the chip: not split
     assert len(convert_to_gpu(BENCHMARKS["gated_mlp"].fused(1)).kernels) == 1
+
+
+def test_evict_first_only_on_inputs_read_once():
+    # W is partitioned by the grid (each element read by one block): evict_first; X and G
+    # are replicated over the 96 blocks: plain cp.async
+    _, ptx = to_ptx(BENCHMARKS["rmsnorm_linear"].fused(1), options=Options(split=1))
+    assert ptx.count("createpolicy.fractional.L2::evict_first") >= 1
+    assert ptx.count("cp.async.cg.shared.global.L2::cache_hint") >= 1
+    assert "cp.async.cg.shared.global [" in ptx  # X, G
+    _, ptx0 = to_ptx(BENCHMARKS["rmsnorm_linear"].fused(1), options=Options(split=1, evict_first=False))
+    assert "cache_hint" not in ptx0
 
 
 def test_gpu_dialect_text():

@@ -151,6 +151,13 @@ class FakeDriver:
         self.calls.append(("alloc", n))
         return 0, p
 
+    def cuMemsetD8(self, p, v, n):  # buffers are zeroed once at allocation
+        self.calls.append(("memset", int(p), v, n))
+        return (0,)
+
+    def cuCtxSynchronize(self):
+        return (0,)
+
     def cuMemFree(self, p): return (0,)
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):

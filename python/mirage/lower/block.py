@@ -126,6 +126,14 @@ class Options:
     split: int = 0  # blocks sharing one for-loop (split-K); 0 = choose (see choose_split)
     sms: int = 132  # multiprocessors of the target (H100/H200 SXM)
     unroll_k: int = 32  # unroll the k-steps of a tile matmul up to this many
+    # split for-loop: the last block of each split group to finish combines the partials
+    # and runs the epilogue (one kernel; arrival counters in the workspace) instead of a
+    # second, combine kernel
+    fold_combine: bool = True
+    # inputs that each element of which one block reads (no grid dim replicates them, e.g.
+    # the weights of a GEMV) are copied with an L2 evict_first policy, so that streaming
+    # them does not push other data out of L2 (nor force write-backs of dirty lines)
+    evict_first: bool = True
 
 
 def split_ok(tb: TBGraph) -> bool:
@@ -175,6 +183,8 @@ class BlockLowering:
                  mode: str = "full", split: int = 1, ws: GlobalArg | None = None):
         self.tb, self.name, self.ins, self.outs, self.opts = tb, name, ins, outs, opts
         self.mode, self.split, self.ws = mode, split, ws
+        # partial kernel that also combines (last-arriving block of each split group)
+        self.fold = mode == "partial" and opts.fold_combine and bool(outs)
         self.ws_off: dict[int, int] = {}
         off = 0
         for op in tb.ops:
@@ -182,6 +192,9 @@ class BlockLowering:
                 self.ws_off[id(op)] = off
                 off += prod(op.outputs[0].shape) * split * prod(tb.grid_dim)
         self.ws_size = off
+        self.cnt_off = off  # fold: one arrival counter (f32) per block of the μGraph's grid
+        if mode == "partial" and opts.fold_combine:
+            self.ws_size = off + prod(tb.grid_dim)
         self.e = Emitter()
         self.nthreads = prod(tb.block_dim)
         self.R = tb.forloop_range
@@ -279,7 +292,8 @@ class BlockLowering:
         self.notes["cp_async_inputs"] = sum(1 for v in self.async_in.values() if v)
         # offsets
         off = 0
-        for t in list(self.tiles.values()) + list(self.scratch.values()):
+        self.flag = Tile((1,), "f32", 4) if self.fold else None
+        for t in list(self.tiles.values()) + list(self.scratch.values()) + ([self.flag] if self.flag else []):
             t.offset = off
             off += t.bytes
         self.smem = off
@@ -397,16 +411,39 @@ class BlockLowering:
                 rc = e.delinearize(row, shape[:-1])
                 goff = e.add(base, e.add(e.dot(rc, g.strides[:-1]), col))
                 soff = e.add(e.mul(row, tile.ld), col)
-                tok = e.fresh("tok")
-                bypass = " {bypassL1}" if vec * g.itemsize == 16 else ""
-                e.line(f"{tok} = nvgpu.device_async_copy {g.name}[{e.idx(goff)}], {view}[{e.idx(soff)}], "
-                       f"{vec}{bypass} : {g.mtype} to {tile.mtype}")
+                if self._streamed(k) and vec * g.itemsize == 16:
+                    ga = e.op(f"arith.index_cast {e.idx(e.add(self._gptr(k), e.mul(goff, g.itemsize)))} : index to i64", "ga")
+                    sp = e.op(f"memref.extract_aligned_pointer_as_index {view} : {tile.mtype} -> index", "sp")
+                    sa = e.op(f"arith.index_cast {e.idx(e.add(sp, e.mul(soff, g.itemsize)))} : index to i64", "sa")
+                    e.line('llvm.inline_asm has_side_effects "{.reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 '
+                           'pol, 1.0; cp.async.cg.shared.global.L2::cache_hint [$0], [$1], 16, pol;}", '
+                           f'"l,l" {sa}, {ga} : (i64, i64) -> ()')
+                else:
+                    tok = e.fresh("tok")
+                    bypass = " {bypassL1}" if vec * g.itemsize == 16 else ""
+                    e.line(f"{tok} = nvgpu.device_async_copy {g.name}[{e.idx(goff)}], {view}[{e.idx(soff)}], "
+                           f"{vec}{bypass} : {g.mtype} to {tile.mtype}")
         else:
             def body(cs):
                 goff = e.add(base, e.dot(cs, g.strides))
                 v = e.load(g.name, g.mtype, goff, g.elt)
                 e.store(v, view, tile.mtype, tile.offset_of(e, cs), tile.elt)
             self.elementwise(shape, body)
+
+    def _streamed(self, k: int) -> bool:
+        """Input k is read once overall (every grid dim > 1 partitions it) and varies
+        with the loop: an L2 evict_first candidate."""
+        rec = self.tb.inputs[k]
+        if not self.opts.evict_first or rec.forloop_dim == -1:
+            return False
+        return all(d != -1 for d, n in zip(rec.imap, self.tb.grid_dim) if n > 1)
+
+    def _gptr(self, k: int) -> str:
+        """Byte address (index) of input k's global buffer, computed once at entry."""
+        if k not in self.gptrs:
+            g = self.ins[k]
+            self.gptrs[k] = self.e.op(f"memref.extract_aligned_pointer_as_index {g.name} : {g.mtype} -> index", "gp")
+        return self.gptrs[k]
 
     def save_output(self, k: int, it: Idx) -> None:
         e = self.e
@@ -781,6 +818,10 @@ class BlockLowering:
             self.bz = e.op("gpu.block_id z", "bid") if g[2] > 1 else 0
         self.blin = e.add(self.bx, e.mul(g[0], e.add(self.by, e.mul(g[1], self.bz))))
         self.smem_base = e.op(f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>", "smem")
+        self.gptrs: dict[int, str] = {}
+        for k in range(len(tb.inputs)):
+            if self._streamed(k) and self.async_in[k]:
+                self._gptr(k)
         staged = {id(tb.inputs[k].stensor) for k in self.varying_async} if self.S > 1 else set()
         for tid_, tile in self.tiles.items():
             if tid_ in staged:
@@ -788,6 +829,8 @@ class BlockLowering:
             self.views[tid_] = self._make_view(tile, tile.offset)
         for oid, tile in self.scratch.items():
             self.scratch_views[oid] = self._make_view(tile, tile.offset)
+        if self.flag is not None:
+            self.flag_view = self._make_view(self.flag, self.flag.offset)
         for op in tb.ops:
             if id(op) in self.mma_ops:
                 for t in op.inputs:
@@ -911,6 +954,8 @@ class BlockLowering:
             else:
                 self.accum_finish(op)
         if self.mode == "partial":
+            if self.fold:
+                self.fold_combine(accs, post_ops)
             return self._finish()
         e.barrier()
         self.epilogue(post_ops)
@@ -959,6 +1004,34 @@ class BlockLowering:
             i = e.dot(cs, _row_major(sc.shape))
             e.store(e.load(sv, sc.mtype, i, "f32"), ws.name, ws.mtype, self.ws_index(op, self.sp, i), "f32")
         self.elementwise(sc.shape, body)
+
+    def fold_combine(self, accs, post_ops) -> None:
+        """Last-block combine (threadFenceReduction pattern): every thread fences its
+        partials to device scope; thread 0 counts the block's arrival with an atomic add
+        on the group's counter; the block that arrives last fences again, sums the
+        partials of its group, finishes the accumulators, runs the epilogue and resets the
+        counter to 0 for the next launch (the runtime zeroes buffers once at allocation)."""
+        e = self.e
+        ws = self.ws
+        fence = 'llvm.inline_asm has_side_effects "fence.acq_rel.gpu;", "" : () -> ()'
+        e.line(fence)
+        e.barrier()
+        cnt = e.add(self.cnt_off, self.blin)
+        fm = self.flag.mtype
+        with e.if_(e.cmp("eq", self.tid, 0)):
+            old = e.op(f"memref.atomic_rmw addf {e.f32(1.0)}, {ws.name}[{e.idx(cnt)}] : (f32, {ws.mtype}) -> f32", "f")
+            e.store(old, self.flag_view, fm, 0, "f32")
+        e.barrier()
+        arrived = e.load(self.flag_view, fm, 0, "f32")
+        last = e.op(f"arith.cmpf oeq, {arrived}, {e.f32(float(self.split - 1))} : f32", "p")
+        with e.if_(last):
+            e.line(fence)
+            for op in accs:
+                self.combine_acc(op)
+            e.barrier()
+            self.epilogue(post_ops)
+            with e.if_(e.cmp("eq", self.tid, 0)):
+                e.store(e.f32(0.0), ws.name, ws.mtype, cnt, "f32")
 
     def combine_acc(self, op: Op) -> None:
         e = self.e

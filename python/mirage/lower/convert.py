@@ -85,9 +85,11 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
             ws = GlobalArg("%ws", (probe.ws_size,), (1,), "f32", 4)
             in_args = [{"kind": loc[id(t)][0], "index": loc[id(t)][1]} for t in op.inputs]
             out_args = [{"kind": loc[id(t)][0], "index": loc[id(t)][1]} for t in op.outputs]
-            for mode, kn_, extra in (("partial", kname + "_partial", []), ("combine", kname + "_combine", outs)):
+            stages = ((("partial", kname + "_split", outs),) if opts.fold_combine else
+                      (("partial", kname + "_partial", []), ("combine", kname + "_combine", outs)))
+            for mode, kn_, extra in stages:
                 info = BlockLowering(op.body, kn_, ins, extra, opts, mode, split, ws).lower()
-                args = in_args + [{"kind": "buffer", "index": wsi}] + (out_args if mode == "combine" else [])
+                args = in_args + [{"kind": "buffer", "index": wsi}] + (out_args if extra else [])
                 kernels.append({"name": kn_, "grid": list(info.grid), "block": list(info.block),
                                 "smem_bytes": info.smem_bytes, "args": args, "notes": info.notes})
                 infos.append(info)

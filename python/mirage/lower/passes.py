@@ -69,8 +69,12 @@ class ConvertMirageToGPU(Pass):
         Option("async-copy", parse_bool, True, "input iterators use 16-byte cp.async copies"),
         Option("stages", int, 4, "ring depth of loop-varying inputs (1 = no prefetch)"),
         Option("split", int, 0, "blocks sharing one for-loop (0 = choose, 1 = never split)"),
+        Option("fold-combine", parse_bool, True,
+               "split for-loops: the last block of each group combines (one kernel), not a second kernel"),
+        Option("evict-first", parse_bool, True, "inputs read once are copied with an L2 evict_first policy"),
     )
 
     def run(self, module, **options) -> None:
         _lower_module(module, Options(tensor_cores=options["tensor-cores"], async_copy=options["async-copy"],
-                                      stages=options["stages"], split=options["split"]))
+                                      stages=options["stages"], split=options["split"],
+                                      fold_combine=options["fold-combine"], evict_first=options["evict-first"]))

@@ -21,8 +21,9 @@ nothing: call the kernel once before capturing (as torch's graph capture idiom d
 so that modules are loaded and intermediate buffers exist, and pass `out=` unless
 torch allocates the outputs (torch's allocator is capture-aware).
 
-Intermediate buffers (`buffers` in the manifest) are allocated once per device and
-reused by every call: two calls of the same `Kernel` must not run concurrently on
+Intermediate buffers (`buffers` in the manifest) are allocated and zeroed once per device and
+reused by every call (split for-loops keep self-resetting arrival counters there): two
+calls of the same `Kernel` must not run concurrently on
 different streams.
 """
 from __future__ import annotations
@@ -276,13 +277,16 @@ class Kernel:
         self._funcs[device] = funcs
         return funcs
 
-    def _alloc(self, nbytes: int, device: int, shape, dtype: str, use_torch: bool):
+    def _alloc(self, nbytes: int, device: int, shape, dtype: str, use_torch: bool, zero: bool = False):
         t = _torch()
         if use_torch and t is not None:
             tdt = {"f16": t.float16, "bf16": t.bfloat16, "f32": t.float32}[dtype]
-            x = t.empty(tuple(shape), dtype=tdt, device=f"cuda:{device}")
+            x = (t.zeros if zero else t.empty)(tuple(shape), dtype=tdt, device=f"cuda:{device}")
             return x.data_ptr(), x
         ptr = self._check(self.driver.cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")
+        if zero:
+            self._check(self.driver.cuMemsetD8(ptr, 0, max(nbytes, 1)), f"cuMemsetD8({nbytes})")
+            self._check(self.driver.cuCtxSynchronize(), "cuCtxSynchronize")
         return int(ptr), DeviceArray(self, ptr, shape, dtype, device)
 
     def _free(self, ptr):
@@ -365,7 +369,10 @@ class Kernel:
             if capturing:
                 raise LaunchError("intermediate buffers are not allocated yet: call the kernel once "
                                   "before capturing a CUDA graph")
-            bufs = [self._alloc(b.nbytes, device, b.shape, b.dtype, use_torch) for b in m.buffers]
+            # zeroed once: split for-loops keep arrival counters there (reset by the kernel)
+            bufs = [self._alloc(b.nbytes, device, b.shape, b.dtype, use_torch, zero=True) for b in m.buffers]
+            if use_torch:
+                _torch().cuda.synchronize(device)
             self._buffers[device] = bufs
 
         ptrs = {"input": [v.ptr for v in views], "output": out_ptrs,
