@@ -1,8 +1,9 @@
 """Result cache: `<dir>/<key>.mlir`, key = hash of the reference program's MLIR text
 and the search configuration. Files hold the ranked candidates as functions
 (`@<name>_0` best first), printed by mirage.core.mlir_text (op and dtype names, never
-enum numbers). Reading back needs mirage.core.mlir_import (MLIR + the C++ dialects);
-until it is importable, `load` misses."""
+enum numbers). Reading back goes through `mirage.core.mlir_import.parse_mlir` (MLIR +
+the C++ dialects, so the cached graphs pass the C++ verifiers and the Python builder's
+checks again); a file that does not parse is a miss."""
 from __future__ import annotations
 
 import hashlib
@@ -46,9 +47,9 @@ def store(cache_dir: str, ref, cfg, graphs) -> str:
 
 def parse_cached(text: str):
     """The one function behind which reading the cache back sits."""
-    from ..core.mlir_import import parse_module
+    from ..core.mlir_import import parse_mlir
 
-    return parse_module(text)
+    return parse_mlir(text)
 
 
 def load(cache_dir: str, ref, cfg):
@@ -58,6 +59,8 @@ def load(cache_dir: str, ref, cfg):
     try:
         with open(p) as f:
             graphs = parse_cached(f.read())
-    except ImportError:
+    except Exception:  # unreadable or stale cache entry: search again (and overwrite it)
         return None
+    for g in graphs:
+        g.name = ref.name
     return graphs or None

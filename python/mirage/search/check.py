@@ -1,25 +1,43 @@
-"""Equivalence check of complete candidates: one function, `equivalent`.
+"""Equivalence check of complete candidates.
 
-The formal verifier (`mirage.verify.check_equivalence`, random testing over finite
-fields, paper §5) is being written in python/mirage/verify/. Until it lands this uses
-the float64 reference interpreter on random inputs as a stand-in; switching is the one
-line `USE_FORMAL_VERIFIER = True`.
+Two stages:
+
+- `float_equivalent`: the float64 reference interpreter on random inputs. Cheap; run by
+  the workers on every complete candidate as a pre-filter.
+- `formal_equivalent`: the formal verifier (`mirage.verify.check_equivalence`, random
+  testing over finite fields, paper §5). Run by the driver only on the few best distinct
+  candidates after ranking (a full-size check takes seconds), in parallel.
+
+`USE_FORMAL_VERIFIER = False` turns the second stage off (the float check decides).
+The verifier's own floating-point filter is off here: the float64 pre-filter already
+compared the values, and the verifier's working-precision filter overflows (inf on both
+sides) for unscaled softmax inputs. For large softmax Theorem 2 gives no bound
+(`bound_met` False, see docs/verify.md); the finite-field trials still ran and agreed, so
+the candidate is accepted and the result records that the bound was not met.
 """
 from __future__ import annotations
 
 import numpy as np
 
-USE_FORMAL_VERIFIER = False
+USE_FORMAL_VERIFIER = True
 TRIALS = 2
 RTOL = 1e-8  # float64 reassociation of 4096-term sums stays ~1e-13 relative
+DELTA = 1e-9
 
 
 def equivalent(reference, candidate, seed: int = 0) -> bool:
+    if not float_equivalent(reference, candidate, seed):
+        return False
     if USE_FORMAL_VERIFIER:
-        from ..verify import check_equivalence
+        return bool(formal_equivalent(reference, candidate, seed))
+    return True
 
-        return bool(check_equivalence(reference, candidate, delta=1e-9))
-    return float_equivalent(reference, candidate, seed)
+
+def formal_equivalent(reference, candidate, seed: int = 0):
+    """The verifier's `EquivalenceResult` (truthy when equivalent)."""
+    from ..verify import check_equivalence
+
+    return check_equivalence(reference, candidate, delta=DELTA, seed=seed, fp_check=False)
 
 
 def float_equivalent(reference, candidate, seed: int = 0) -> bool:
@@ -27,8 +45,9 @@ def float_equivalent(reference, candidate, seed: int = 0) -> bool:
     for _ in range(TRIALS):
         xs = [rng.uniform(-1.0, 1.0, t.shape) for t in reference.inputs]
         try:
-            want = reference.evaluate(xs)
-            got = candidate.evaluate(xs)
+            with np.errstate(all="ignore"):
+                want = reference.evaluate(xs)
+                got = candidate.evaluate(xs)
         except Exception:
             return False
         for a, b in zip(got, want):

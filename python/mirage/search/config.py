@@ -46,7 +46,7 @@ class SearchConfig:
     max_states: int | None = None  # cap on visited states (for the no-pruning runs)
     workers: int = 0  # 0: all cores
     seed: int = 0
-    top_k: int = 5
+    top_k: int = 3  # candidates formally verified and kept (best first)
     verify: bool = True
     # explicit schedule lists (Mirage API); None: derived from dimension classes
     griddims: tuple | None = None
@@ -71,10 +71,25 @@ PRESETS = {
 }
 
 
+def auto_preset(ref) -> str | None:
+    """The preset that fits the reference program (used when none is given, `"auto"`):
+    exp with matmuls -> attention; a chain of matmuls (a matmul of a matmul) -> lora;
+    other matmul programs -> mlp; programs without matmul -> the generic limits."""
+    kinds = [op.kind for op in ref.ops]
+    if "matmul" not in kinds:
+        return None
+    if "exp" in kinds:
+        return "attention"
+    made = {id(op.outputs[0]) for op in ref.ops if op.kind == "matmul"}
+    if any(op.kind == "matmul" and any(id(t) in made for t in op.inputs) for op in ref.ops):
+        return "lora"
+    return "mlp"
+
+
 def make_config(config=None, **overrides) -> SearchConfig:
     if isinstance(config, SearchConfig):
         base = config
-    elif config is None:
+    elif config is None or config == "generic":
         base = SearchConfig()
     elif config in PRESETS:
         base = SearchConfig(**PRESETS[config])

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..core.graph import KNGraph
 from . import build as B
-from .check import equivalent
+from . import check as CHK
 from .config import SearchConfig, make_config
 from .cost import Cost, Device, H100, cost
 from .generator import Generator, Stats, Stop
@@ -31,6 +31,7 @@ class Candidate:
     cost: Cost
     key: str
     plan: object = None
+    verification: str = ""  # the formal verifier's summary
 
     @property
     def time_us(self) -> float:
@@ -61,7 +62,8 @@ class SearchResult:
                  f"schedules {s.schedules}",
                  "  pruned: " + (", ".join(f"{k} {v}" for k, v in sorted(s.pruned.items())) or "none"),
                  f"  candidates: {s.candidates} found, {s.verified} verified, {s.rejected} rejected by the "
-                 f"equivalence check; {len(self.candidates)} distinct kept",
+                 f"float64 pre-filter; {s.formal} formally verified, {s.formal_rejected} rejected by the "
+                 f"verifier; {len(self.candidates)} kept",
                  f"  reference: {self.reference_cost.summary()}"]
         for k, c in enumerate(self.candidates[:self.config.top_k]):
             tag = " (reference)" if c.key == "reference" else ""
@@ -98,7 +100,7 @@ def _run_item(item):
             gen.stats.rejected += 1
             return
         if gen.cfg.verify:
-            if not equivalent(ref, g, gen.cfg.seed):
+            if not CHK.float_equivalent(ref, g, gen.cfg.seed):
                 gen.stats.rejected += 1
                 return
         gen.stats.verified += 1
@@ -141,6 +143,10 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Devi
     from .cache import load as cache_load, store as cache_store
     from .partition import needs_partition, partitioned_search
 
+    if config == "auto":
+        from .config import auto_preset
+
+        config = auto_preset(ref)
     cfg = make_config(config, **overrides)
     t0 = time.monotonic()
     ref_cost = cost(ref, device)
@@ -180,16 +186,19 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Device) -> S
             found.setdefault(k, v)
         progress.update(stats, found)
 
+    pool = None
     if workers == 1:
         stop = None
         _init_worker(ref, cfg, deadline, None, quiet=False)
         try:
             for it in items:
                 absorb(_run_item(it))
-                if _W["gen"].stats.stopped:
+                if _W["gen"].stats.stopped and _W["gen"].stats.stopped != "state cap":
                     break
         except KeyboardInterrupt:
             stats.stopped = "interrupted"
+        progress.done()
+        return _rank(ref, cfg, stats, found, device, time.monotonic() - t0)
     else:
         ctx = mp.get_context("fork")
         stop = ctx.Event()
@@ -204,15 +213,20 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Device) -> S
                 stats.stopped = "interrupted"
                 for res in it:
                     absorb(res)
+            progress.done()
+            if stats.stopped == "interrupted":
+                pool.terminate()
+                return _rank(ref, cfg, stats, found, device, time.monotonic() - t0)
+            return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, pool)
         finally:
             pool.close()
             pool.join()
-    progress.done()
-    return _rank(ref, cfg, stats, found, device, time.monotonic() - t0)
 
 
-def _rank(ref, cfg, stats, found: dict, device, seconds) -> SearchResult:
-    cands = []
+def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None) -> SearchResult:
+    """Dedupe by canonical graph key, sort by cost, then run the formal verifier on the
+    best distinct candidates in order until `top_k` have passed (in parallel on `pool`)."""
+    ranked = []
     seen_graphs = set()
     order = sorted(found.items(), key=lambda kv: (kv[1][1], kv[0]))
     for key, (plan, _) in order:
@@ -221,11 +235,48 @@ def _rank(ref, cfg, stats, found: dict, device, seconds) -> SearchResult:
         if gk in seen_graphs:
             continue
         seen_graphs.add(gk)
-        cands.append(Candidate(g, cost(g, device), key, plan))
+        ranked.append(Candidate(g, cost(g, device), key, plan))
+    ranked.sort(key=_order)
+    cands = []
+    if cfg.verify and CHK.USE_FORMAL_VERIFIER:
+        pos = 0
+        batch = max(1, getattr(pool, "_processes", 1) or 1)
+        while pos < len(ranked) and len(cands) < cfg.top_k:
+            chunk = ranked[pos:pos + max(batch, cfg.top_k - len(cands))]
+            pos += len(chunk)
+            args = [(c.plan, cfg.seed) for c in chunk]
+            if pool is not None and len(chunk) > 1:
+                outs = pool.map(_formal_item, args, chunksize=1)
+            else:
+                _W["ref"] = ref
+                outs = [_formal_item(a) for a in args]
+            for c, (ok, note) in zip(chunk, outs):
+                stats.formal += 1
+                if ok:
+                    c.verification = note
+                    cands.append(c)
+                else:
+                    stats.rejected += 1
+                    stats.formal_rejected += 1
+        cands = cands[:cfg.top_k]
+    else:
+        cands = ranked
     base = Candidate(ref, cost(ref, device), "reference", B.reference_plan(ref))
+    base.verification = "reference"
     cands.append(base)
     cands.sort(key=_order)
     return SearchResult(ref, cands, stats, seconds, cfg)
+
+
+def _formal_item(arg):
+    plan, seed = arg
+    ref = _W["ref"]
+    g = B.build(ref, plan)
+    try:
+        r = CHK.formal_equivalent(ref, g, seed)
+    except Exception as e:  # a verifier failure is a rejection, with the reason
+        return False, f"verifier error: {e}"
+    return bool(r), r.summary()
 
 
 def _order(c: Candidate):
@@ -240,13 +291,14 @@ class _Progress:
         self.total = total
         self.done_items = 0
         self.last = 0.0
+        self.tty = self.on and sys.stderr.isatty()
 
     def update(self, stats: Stats, found: dict):
         self.done_items += 1
         if not self.on:
             return
         now = time.monotonic()
-        if now - self.last < 0.5 and self.done_items < self.total:
+        if now - self.last < (0.5 if self.tty else 5.0) and self.done_items < self.total:
             return
         self.last = now
         best = min((v[1] for v in found.values()), default=None)
@@ -254,8 +306,13 @@ class _Progress:
         msg = (f"\r[search] items {self.done_items}/{self.total} states {stats.states} pruned[{pr}] "
                f"verified {stats.verified} best "
                + (f"{best * 1e6:.2f}us" if best is not None else "-"))
-        print(msg[:200], end="", file=sys.stderr, flush=True)
+        if self.tty:
+            print(msg[:200], end="", file=sys.stderr, flush=True)
+        else:
+            print(msg[1:], file=sys.stderr, flush=True)
 
     def done(self):
         if self.on:
-            print(file=sys.stderr)
+            if self.tty:
+                print(file=sys.stderr)
+            print("[search] formal verification of the best distinct candidates ...", file=sys.stderr, flush=True)

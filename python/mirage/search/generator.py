@@ -58,6 +58,8 @@ class Stats:
     verified: int = 0
     rejected: int = 0
     expr_checks: int = 0
+    formal: int = 0  # candidates run through the formal verifier
+    formal_rejected: int = 0
     stopped: str = ""
 
     @property
@@ -73,6 +75,8 @@ class Stats:
         self.verified += o.verified
         self.rejected += o.rejected
         self.expr_checks += o.expr_checks
+        self.formal += o.formal
+        self.formal_rejected += o.formal_rejected
         self.stopped = self.stopped or o.stopped
 
 
