@@ -48,6 +48,9 @@ class SearchResult:
     reference_cost: Cost = None
     from_cache: bool = False
     notes: list = field(default_factory=list)
+    # distinct candidates that passed the float64 pre-filter but were not run through the
+    # formal verifier (ranked below the verified top-k), best first
+    others: list = field(default_factory=list)
 
     @property
     def best(self) -> KNGraph:
@@ -258,14 +261,15 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None) -> SearchRes
                 else:
                     stats.rejected += 1
                     stats.formal_rejected += 1
+        others = ranked[pos:]
         cands = cands[:cfg.top_k]
     else:
-        cands = ranked
+        cands, others = ranked, []
     base = Candidate(ref, cost(ref, device), "reference", B.reference_plan(ref))
     base.verification = "reference"
     cands.append(base)
     cands.sort(key=_order)
-    return SearchResult(ref, cands, stats, seconds, cfg)
+    return SearchResult(ref, cands, stats, seconds, cfg, others=others)
 
 
 def _formal_item(arg):
