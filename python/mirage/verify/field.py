@@ -100,6 +100,21 @@ def safe_primes(count: int = 8, below: int = 1 << 31) -> tuple[tuple[int, int], 
     return tuple(out)
 
 
+def const_is_exact(value: float, primes=None) -> bool:
+    """Whether `FieldArith.const` maps this float exactly (a rational n/d, d <= 10^9, d a
+    unit mod the primes); otherwise it becomes a keyed random element (a variable)."""
+    value = float(value)
+    if not np.isfinite(value):
+        return False
+    fr = Fraction(value).limit_denominator(10**9)
+    if float(fr) != value:
+        return False
+    for m in (primes or safe_primes(1)[0]):
+        if fr.denominator % m == 0:
+            return False
+    return True
+
+
 # -- vectorized modular helpers --------------------------------------------------------------
 
 def _mulmod(a, b, m: int):
@@ -180,20 +195,29 @@ class FieldArith(Arith):
     """
 
     def __init__(self, p: int | None = None, q: int | None = None, omega: int | None = None,
-                 seed: int = 0, rng: np.random.Generator | None = None, track_q: bool = True):
+                 seed: int = 0, rng: np.random.Generator | None = None, track_q: bool = True,
+                 model: str = "omega"):
+        if model not in ("omega", "random"):
+            raise ValueError(f"unknown model {model!r}")
+        self.model = model
         if p is None:
-            p, q = safe_primes(1)[0]
-        if q is None or (p - 1) % q:
+            p, q = safe_primes(1)[0] if model == "omega" else (safe_primes(1)[0][0], safe_primes(2)[1][0])
+        if model == "omega" and (q is None or (p - 1) % q):
             raise ValueError(f"q={q} must divide p-1={p - 1}")
+        if model == "random" and (q is None or q == p or not is_prime(q) or not is_prime(p)):
+            raise ValueError("the random model needs two distinct primes p, q")
         if p >= 1 << 31 or q >= 1 << 31:
             raise ValueError("primes must be below 2^31 for exact int64 products")
         self.p, self.q = int(p), int(q)
-        self.track_q = track_q
+        self.track_q = track_q or model == "random"
         self.seed = int(seed)
         self.rng = rng or np.random.default_rng(seed)
-        self.omega = int(omega) if omega is not None else self.random_root()
-        if pow(self.omega, self.q, self.p) != 1:
-            raise ValueError(f"omega={self.omega} is not a q-th root of unity mod p")
+        if model == "omega":
+            self.omega = int(omega) if omega is not None else self.random_root()
+            if pow(self.omega, self.q, self.p) != 1:
+                raise ValueError(f"omega={self.omega} is not a q-th root of unity mod p")
+        else:
+            self.omega = None
         self._exp_tables = None
         self._const_cache: dict = {}
 
@@ -295,6 +319,8 @@ class FieldArith(Arith):
                   np.take_along_axis(a.q, idx, axis) if self.track_q else None)
 
     def exp(self, a):
+        if self.model == "random":  # a random function of the argument's value in Z_p x Z_q
+            return FV(*self._hash(a.p, a.q, "exp"))
         if not self.track_q:
             raise RuntimeError("FieldArith(track_q=False) cannot evaluate exp")
         lo, hi = self._tables()
@@ -325,13 +351,17 @@ class FieldArith(Arith):
         return _mulmod(big[:, None], small[None, :], self.p).reshape(-1)
 
     def sqrt(self, a):
+        if self.model == "random":
+            return FV(*self._hash(a.p, a.q, "sqrt"))
         return FV(_powmod_scalar_exp(a.p, (self.p + 1) // 4, self.p),
                   _powmod_scalar_exp(a.q, (self.q + 1) // 4, self.q) if self.track_q else None)
 
     def _hash(self, xp, xq, name: str) -> tuple[np.ndarray, np.ndarray | None]:
-        k = xp.astype(np.uint64) * _GOLD if xp is not None else np.zeros(xq.shape, np.uint64)
+        # (xp, xq) -> xp·2^31 + xq is injective (residues < 2^31); xor with a key and the
+        # splitmix finalizer are bijections of 64-bit words: distinct arguments, distinct h
+        k = xp.astype(np.uint64) << np.uint64(31) if xp is not None else np.zeros(xq.shape, np.uint64)
         if xq is not None:
-            k = k ^ (xq.astype(np.uint64) * _M2)
+            k = k | xq.astype(np.uint64)
         h = _mix(k ^ _key("uf", name, self.seed))
         hp = (h % np.uint64(self.p)).astype(np.int64)
         hq = (_mix(h ^ _GOLD) % np.uint64(self.q)).astype(np.int64) if self.track_q else None

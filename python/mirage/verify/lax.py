@@ -30,6 +30,7 @@ from math import prod
 
 from ..core import ops as O
 from ..core.graph import KNGraph
+from .field import const_is_exact
 
 CAP = 10**30  # saturate degree / term counts (anything this large gives a vacuous bound)
 
@@ -53,6 +54,13 @@ class Form:
     dA: int = 0  # degree bound of an atom argument's collision polynomial
     kA: int = 1  # exp-term bound of an atom argument's collision polynomial
     exA: bool = False  # some atom argument holds an exponential
+    # random-function model (model="random"): per atom site, how many of its elements one
+    # element's cone holds (an upper bound, with multiplicity; capped per site later), and
+    # the degree bounds of atom arguments' numerators / denominators
+    sites: tuple = ()  # sorted ((function, site label), count) pairs
+    aN: int = 0
+    aD: int = 0
+    uncovered: bool = False  # a max (not a function of one argument): no random-model bound
 
     @property
     def trivial_den(self) -> bool:
@@ -67,9 +75,27 @@ VAR = Form(dN=1)
 CONST = Form()
 
 
+def _sites_add(*ss: tuple, scale: int = 1) -> tuple:
+    acc: dict = {}
+    for s in ss:
+        for k, n in s:
+            acc[k] = _c(acc.get(k, 0) + n)
+    return tuple(sorted((k, _c(n * scale)) for k, n in acc.items()))
+
+
+def _sites_max(*ss: tuple) -> tuple:
+    acc: dict = {}
+    for s in ss:
+        for k, n in s:
+            acc[k] = max(acc.get(k, 0), n)
+    return tuple(sorted(acc.items()))
+
+
 def _atomargs(*fs: Form) -> dict:
     return dict(m=_c(sum(f.m for f in fs)), dA=max(f.dA for f in fs), kA=max(f.kA for f in fs),
-                exA=any(f.exA for f in fs), broken=any(f.broken for f in fs))
+                exA=any(f.exA for f in fs), broken=any(f.broken for f in fs),
+                sites=_sites_add(*(f.sites for f in fs)), aN=max(f.aN for f in fs),
+                aD=max(f.aD for f in fs), uncovered=any(f.uncovered for f in fs))
 
 
 def f_add(a: Form, b: Form) -> Form:
@@ -95,7 +121,8 @@ def f_sum(a: Form, n: int) -> Form:
     """Sum of n elements of this form."""
     if n <= 1:
         return a
-    at = dict(m=_c(a.m * n), dA=a.dA, kA=a.kA, exA=a.exA, broken=a.broken)
+    at = dict(m=_c(a.m * n), dA=a.dA, kA=a.kA, exA=a.exA, broken=a.broken,
+              sites=_sites_add(a.sites, scale=n), aN=a.aN, aD=a.aD, uncovered=a.uncovered)
     if a.trivial_den:
         return Form(dN=a.dN, dD=0, kN=_c(a.kN * n), kD=1, dE=a.dE, ex=a.ex, **at)
     kd_pow = CAP if a.kD > 1 and (n - 1) * a.kD.bit_length() > 100 else a.kD ** (n - 1)
@@ -105,7 +132,8 @@ def f_sum(a: Form, n: int) -> Form:
 
 def f_exp(a: Form) -> Form:
     return Form(dN=0, dD=0, kN=1, kD=1, dE=_c(max(a.dE, a.dN, a.dD)), ex=True,
-                m=a.m, dA=a.dA, kA=a.kA, exA=a.exA, broken=a.broken or a.ex)
+                m=a.m, dA=a.dA, kA=a.kA, exA=a.exA, broken=a.broken or a.ex,
+                sites=a.sites, aN=a.aN, aD=a.aD, uncovered=a.uncovered)
 
 
 def f_atom(*args: Form) -> Form:
@@ -113,19 +141,31 @@ def f_atom(*args: Form) -> Form:
     dA = max([a.dA for a in args] + [_c(a.dN + a.dD) for a in args])
     kA = max([a.kA for a in args] + [_c(2 * a.kN * a.kD) for a in args])
     return Form(dN=1, m=_c(sum(a.m for a in args) + 1), dA=dA, kA=kA,
-                exA=any(a.exA or a.ex for a in args), broken=any(a.broken for a in args))
+                exA=any(a.exA or a.ex for a in args), broken=any(a.broken for a in args),
+                sites=_sites_add(*(a.sites for a in args)), aN=max(a.aN for a in args),
+                aD=max(a.aD for a in args), uncovered=any(a.uncovered for a in args))
+
+
+def f_ratom(site, args: list, inverse: bool = False) -> Form:
+    """Random-function model: the value R_f(arg) of a random function at one site
+    (`site` = (function, label)), a fresh variable Y of degree 1 — or, with `inverse`,
+    represented as 1/T with T = 1/R_f(arg) the variable (a denominator of degree 1), which
+    is the cheaper choice for sqrt, used almost only as a divisor. Either choice is sound
+    as long as every element of one site uses the same one."""
+    aN = max([a.aN for a in args] + [a.dN for a in args])
+    aD = max([a.aD for a in args] + [a.dD for a in args])
+    sites = _sites_add(*(a.sites for a in args), ((site, 1),))
+    return Form(dN=0 if inverse else 1, dD=1 if inverse else 0, sites=sites, aN=aN, aD=aD,
+                uncovered=any(a.uncovered for a in args), broken=False)
 
 
 def f_merge(*fs: Form) -> Form:
     return Form(dN=max(f.dN for f in fs), dD=max(f.dD for f in fs), kN=max(f.kN for f in fs),
                 kD=max(f.kD for f in fs), dE=max(f.dE for f in fs), ex=any(f.ex for f in fs),
                 m=max(f.m for f in fs), dA=max(f.dA for f in fs), kA=max(f.kA for f in fs),
-                exA=any(f.exA for f in fs), broken=any(f.broken for f in fs))
-
-
-def f_rms(x: Form, n: int) -> Form:
-    """sqrt(sum of n squares / n)."""
-    return f_atom(f_div(f_sum(f_mul(x, x), n), CONST))
+                exA=any(f.exA for f in fs), broken=any(f.broken for f in fs),
+                sites=_sites_max(*(f.sites for f in fs)), aN=max(f.aN for f in fs),
+                aD=max(f.aD for f in fs), uncovered=any(f.uncovered for f in fs))
 
 
 @dataclass
@@ -145,6 +185,10 @@ class LaxReport:
     uses_exp: bool = False
     uses_sqrt: bool = False
     atom_elements: int = 0  # distinct atom values the whole graph computes (an upper bound)
+    model: str = "omega"  # "omega": exp = ω^x (Theorem 2); "random": exp, sqrt random functions
+    site_elements: dict = field(default_factory=dict)  # random model: (fn, site) -> elements computed
+    zero_div: int = 0  # sum over division sites of (divisor elements x divisor numerator degree)
+    arg_degree: tuple = (0, 0)  # random model: max (numerator, denominator) degree of any atom argument
 
     def explain(self) -> str:
         if self.lax:
@@ -157,16 +201,46 @@ def _label(prefix: str, level: str, kind: str, k: int) -> str:
 
 
 class _Walker:
-    def __init__(self):
-        self.rep = LaxReport(lax=True)
+    def __init__(self, model: str = "omega"):
+        if model not in ("omega", "random"):
+            raise ValueError(f"unknown model {model!r}")
+        self.model = model
+        self.in_thread = False
+        self.rep = LaxReport(lax=True, model=model)
 
     def note_nonlax(self, label: str, why: str):
         self.rep.uninterpreted.append(label)
         self.rep.violations.append(f"{label} {why}")
 
     def count_atoms(self, shape, loop: bool = True) -> None:
+        self.rep.atom_elements = _c(self.rep.atom_elements + self.numel(shape, loop))
+
+    def numel(self, shape, loop: bool = True) -> int:
+        """Elements a site of this tile `shape` computes over all blocks (and iterations)."""
+        if self.in_thread:  # thread-graph ops see no shapes here: no cap
+            return CAP
         scale = self.numel_scale if loop else self.grid_scale
-        self.rep.atom_elements = _c(self.rep.atom_elements + scale * prod(shape))
+        return _c(scale * prod(shape))
+
+    def atom(self, fn: str, args: list, label: str, shape, loop: bool = True) -> Form:
+        """The result of a non-polynomial op (sqrt, a random function, in the random model
+        also exp) at the site `label`, applied to `args`, of tile shape `shape`."""
+        if self.model == "omega":
+            return f_atom(*args)
+        site = (fn, label)
+        self.rep.site_elements[site] = self.numel(shape, loop)
+        f = f_ratom(site, args, inverse=(fn == "sqrt"))
+        self.rep.arg_degree = (max(self.rep.arg_degree[0], f.aN), max(self.rep.arg_degree[1], f.aD))
+        return f
+
+    def divides(self, shape, divisor: Form, loop: bool = True) -> None:
+        """A division by `divisor` (a tile of `shape`): count its possible zeros."""
+        self.rep.zero_div = _c(self.rep.zero_div + _c(self.numel(shape, loop) * max(divisor.dN, 1)))
+
+    def rms(self, x: Form, n: int, label: str, shape, loop: bool = True) -> Form:
+        """sqrt(sum of n squares / n)."""
+        self.divides(shape, CONST, loop)
+        return self.atom("sqrt", [f_div(f_sum(f_mul(x, x), n), CONST)], label, shape, loop)
 
     def combine(self, ins: list, label: str, form: Form, is_exp: bool = False) -> Info:
         worst = max(ins, key=lambda i: i.exps) if ins else Info(CONST)
@@ -189,18 +263,20 @@ class _Walker:
             f = f_mul(*fs)
         elif kind == "div":
             f = f_div(*fs)
+            self.divides(in_shapes[1], fs[1])
         elif kind == "square":
             f = f_mul(fs[0], fs[0])
         elif kind == "exp":
-            f = f_exp(fs[0])
+            f = f_exp(fs[0]) if self.model == "omega" else self.atom("exp", fs, label, in_shapes[0])
         elif kind == "sqrt":
             self.rep.uses_sqrt = True
-            f = f_atom(fs[0])
+            f = self.atom("sqrt", fs, label, in_shapes[0])
         elif kind == "rsqrt":
             self.rep.uses_sqrt = True
-            f = f_div(CONST, f_atom(fs[0]))
+            f = f_div(CONST, self.atom("sqrt", fs, label, in_shapes[0]))
         elif kind == "constant":
-            f = CONST
+            # a constant that is no exact rational is a random field element: a variable
+            f = CONST if const_is_exact(attrs["value"]) else VAR
         elif kind == "matmul":
             f = f_sum(f_mul(*fs), in_shapes[0][-1])
         elif kind == "reduction":
@@ -210,7 +286,7 @@ class _Walker:
         elif kind == "rms_norm":
             self.rep.uses_sqrt = True
             ns = attrs.get("normalized_shape") or in_shapes[0][-1:]
-            f = f_div(fs[0], f_rms(fs[0], prod(ns)))
+            f = f_div(fs[0], self.rms(fs[0], prod(ns), label, in_shapes[0][:len(in_shapes[0]) - len(ns)]))
         elif kind in ("concat",):
             f = f_merge(*fs)
         elif kind in ("reshape", "transpose", "repeat"):
@@ -218,12 +294,13 @@ class _Walker:
         elif d.lax == "nonlax":
             n = in_shapes[0][attrs["dim"]] if kind == "reduce_max" else 1
             self.note_nonlax(label, "is not Lax (modelled as an uninterpreted random function)")
-            f = f_atom(fs[0])
+            args = [f_sum(fs[0], n)] if n > 1 and self.model == "random" else fs
+            f = self.atom(kind, args, label, d.shape(in_shapes, attrs))
             if n > 1:
-                f = replace(f, m=_c(fs[0].m * n + 1))
+                f = replace(f, m=_c(fs[0].m * n + 1), uncovered=True)
         else:  # an operator added to the table without a rule here: be conservative
             self.rep.violations.append(f"{label}: no Lax rule for operator '{kind}'")
-            f = f_atom(*fs) if fs else CONST
+            f = replace(self.atom(kind, fs, label, ()), uncovered=True) if fs else CONST
         if kind in ("sqrt", "rsqrt") or d.lax == "nonlax":
             self.count_atoms(d.shape(in_shapes, attrs) if in_shapes and in_shapes[0] else ())
         elif kind == "rms_norm":
@@ -284,14 +361,17 @@ class _Walker:
             r = f_sum(f, L * shape[-1])
         elif kind == "mean":
             r = f_div(f_sum(f, L * shape[-1]), CONST)
+            self.divides(shape[:-1], CONST, loop=False)
         elif kind == "rms":
             self.rep.uses_sqrt = True
-            r = f_rms(f, L * shape[-1])
+            r = self.rms(f, L * shape[-1], label, shape[:-1], loop=False)
         elif kind == "sum_todimx":
             r = f_sum(f, L * (shape[-1] // tb.reduction_dimx))
         else:  # max
             self.note_nonlax(label, "is not Lax (the max accumulator is modelled as a random total order)")
-            r = replace(f_atom(f), m=_c(f.m * L + 1))
+            r = replace(self.atom("max", [f_sum(f, L) if self.model == "random" else f], label, shape,
+                                  loop=False), m=_c(f.m * L + 1),
+                        uncovered=True)
         if kind == "rms":
             self.count_atoms(shape[:-1], loop=False)
         elif kind == "max":
@@ -299,6 +379,13 @@ class _Walker:
         return self.combine([x], label, r)
 
     def thread(self, th, ins: list, prefix: str) -> list:
+        self.in_thread = True
+        try:
+            return self._thread(th, ins, prefix)
+        finally:
+            self.in_thread = False
+
+    def _thread(self, th, ins: list, prefix: str) -> list:
         env = {id(s): i for s, i in zip(th.inputs, ins)}
         for n, op in enumerate(th.ops):
             xs = [env[id(t)] for t in op.inputs]
@@ -307,9 +394,13 @@ class _Walker:
         return [env[id(s)] for s in th.outputs]
 
 
-def analyze(g: KNGraph) -> LaxReport:
-    """Decide whether `g` is Lax, explain why not, and summarize each output's normal form."""
-    w = _Walker()
+def analyze(g: KNGraph, model: str = "omega") -> LaxReport:
+    """Decide whether `g` is Lax, explain why not, and summarize each output's normal form.
+
+    `model="omega"`: the forms of Theorem 2 (exp = ω^x). `model="random"`: exp, sqrt and the
+    non-Lax ops are random functions; each output's form is then a rational function of the
+    inputs and one variable per atom site element (`Form.sites` counts them per cone)."""
+    w = _Walker(model)
     outs = w.kernel(g)
     w.rep.outputs = [o.form for o in outs]
     w.rep.lax = not w.rep.violations
