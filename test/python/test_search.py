@@ -180,3 +180,40 @@ def test_no_pruning_finds_the_same_best_under_a_cap():
     assert not a.stats.stopped and not b.stats.stopped
     assert [op.kind for op in a.best.ops] == ["graph_def"]
     assert a.best.to_mlir() == b.best.to_mlir()
+
+
+def maxnorm_ref():
+    """RMSNorm+Linear, then a non-Lax reduce_max in the middle, then div + Linear."""
+    g = mi.new_kernel_graph("rms_maxnorm_linear")
+    X, G, W, W2 = g.new_input((2, 512)), g.new_input((512,)), g.new_input((512, 256)), g.new_input((256, 256))
+    A = g.matmul(g.mul(g.rms_norm(X, (512,)), G), W)
+    M = g.reduce_max(A, 1)
+    g.mark_output(g.matmul(g.div(A, M), W2))
+    return g
+
+
+def test_lax_partition_non_lax_op_in_the_middle():
+    from mirage.search.partition import needs_partition, subprograms
+
+    ref = maxnorm_ref()
+    units, bars = subprograms(ref)
+    assert [u[0] for u in units] == ["sub", "op", "sub"] and [ref.ops[k].kind for k in bars] == ["reduce_max"]
+    assert not needs_partition(mlp_ref())  # silu stays in the subprogram (fused), auto mode
+    res = superoptimize(ref, "auto", workers=2, time_limit=60)
+    assert any("Lax partitioning" in n for n in res.notes)
+    kinds = [op.kind for op in res.best.ops]
+    assert kinds == ["graph_def", "reduce_max", "graph_def"], kinds
+    first = res.best.ops[0].body
+    assert sorted(op.attrs.get("kind") for op in first.ops if op.kind == "forloop_accum") == ["none", "rms"]
+    assert res.candidates[0].cost.time < cost(ref).time
+    check_all(res)
+
+
+def test_lax_partition_strict_splits_at_silu():
+    from mirage.search.partition import subprograms
+
+    units, bars = subprograms(mlp_ref(), "strict")
+    assert [u[0] for u in units] == ["sub", "op", "sub"]
+    res = superoptimize(mlp_ref(), "mlp", workers=2, time_limit=60, partition="strict")
+    assert "silu" in [op.kind for op in res.best.ops]
+    check_all(res)

@@ -14,6 +14,14 @@ def build(ref: KNGraph, plan, name: str | None = None, thread_graphs: bool = Tru
     tensors = [g.new_input(t.shape, dtype=t.dtype) for t in ref.inputs]
     for k, s in ref.strides.items():
         g.strides[k] = s
+    build_ops(g, tensors, ops, thread_graphs)
+    for k in outs:
+        g.mark_output(tensors[k])
+    return g
+
+
+def build_ops(g: KNGraph, tensors: list, ops, thread_graphs: bool = True) -> list:
+    """Append the plan's ops to `g`; `tensors` (the plan's tensor list, inputs first) grows."""
     for op in ops:
         if op[0] == "op":
             _, kind, ins, attrs = op
@@ -28,7 +36,7 @@ def build(ref: KNGraph, plan, name: str | None = None, thread_graphs: bool = Tru
             elif kind == "constant":
                 tensors.append(g.constant(ad["value"], ad["shape"]))
             else:
-                tensors.append(getattr(g, kind)(*xs))
+                tensors.append(getattr(g, kind)(*xs, **ad))
         else:
             _, I, grid, forloop, dimx, maps, bops, omaps = op
             tb = TBGraph(grid, (128, 1, 1), forloop, dimx)
@@ -53,9 +61,7 @@ def build(ref: KNGraph, plan, name: str | None = None, thread_graphs: bool = Tru
             if thread_graphs:
                 tb = fuse_thread_graphs(tb)
             tensors.extend(g.customized([tensors[i] for i in I], tb))
-    for k in outs:
-        g.mark_output(tensors[k])
-    return g
+    return tensors
 
 
 def plan_key(plan) -> str:

@@ -48,6 +48,7 @@ class SearchConfig:
     seed: int = 0
     top_k: int = 3  # candidates formally verified and kept (best first)
     verify: bool = True
+    partition: str = "auto"  # Lax partitioning: auto | strict | off (search/partition.py)
     # explicit schedule lists (Mirage API); None: derived from dimension classes
     griddims: tuple | None = None
     imaps: tuple | None = None

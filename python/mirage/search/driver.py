@@ -146,6 +146,7 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Devi
     from .cache import load as cache_load, store as cache_store
     from .partition import needs_partition, partitioned_search
 
+    preset = config
     if config == "auto":
         from .config import auto_preset
 
@@ -158,8 +159,8 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Devi
         if hit is not None:
             cands = [Candidate(g, cost(g, device), B.graph_key(g)) for g in hit]
             return SearchResult(ref, cands, Stats(), time.monotonic() - t0, cfg, ref_cost, from_cache=True)
-    if needs_partition(ref):
-        res = partitioned_search(ref, cfg, verbose, device)
+    if needs_partition(ref, cfg.partition):
+        res = partitioned_search(ref, cfg, verbose, device, preset, _search)
     else:
         res = _search(ref, cfg, verbose, device)
     res.seconds = time.monotonic() - t0

@@ -1,4 +1,266 @@
-"""Lax partitioning: placeholder filled below."""
-def needs_partition(ref):
-    return False
-def partitioned_search(*a): raise NotImplementedError
+"""Lax partitioning (paper §5): split a program into Lax subprograms and non-Lax
+remainders, search each subprogram, and stitch the results.
+
+*Barriers* are the ops left as pre-defined kernel ops in the result:
+
+- `partition="auto"` (default): ops the search cannot model or the verifier cannot
+  bound: non-Lax reductions (`reduce_max`), layout ops (`reshape`, `transpose`,
+  `concat`, `repeat`), ops without an abstract expression, and an `exp` on a path that
+  already went through an `exp` (Lax allows one per path, Definition 5.1). Non-Lax
+  element-wise activations (silu, gelu, relu, sigmoid) stay in the subprograms: the
+  verifier models them as uninterpreted functions (docs/verify.md) and the search fuses
+  them (GatedMLP's silu).
+- `partition="strict"`: every op that `mirage.verify.lax` reports as not Lax.
+- `partition="off"`: search the program whole.
+
+Subprograms are the connected components of the non-barrier ops that have the same
+*level* (barriers counted as late as possible: an op's level is its earliest
+consumer's, less one if the op is a barrier); a path that leaves a
+component through a barrier and comes back would have to raise the level, so every
+component is convex and the components and barriers have a topological order. Each
+subprogram becomes a KNGraph (its external tensors are its inputs; what the rest of the
+program or the outputs use are its outputs) and is searched with the same limits (the
+preset chosen per subprogram when it is `auto`); the best plan of each is stitched into
+one plan over the original inputs, which is built, checked and formally verified
+against the whole reference.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from ..core import ops as O
+from ..core.graph import KNGraph
+from . import build as B
+
+LAYOUT = ("reshape", "transpose", "concat", "repeat")
+
+
+def barriers(ref: KNGraph, mode: str = "auto") -> set:
+    """Indices (into ref.ops) of the ops left as pre-defined kernel ops."""
+    out = set()
+    exps: dict = {id(t): 0 for t in ref.inputs}
+    for k, op in enumerate(ref.ops):
+        n = max((exps.get(id(t), 0) for t in op.inputs), default=0)
+        if op.kind == "exp":
+            n += 1
+        d = O.OPS.get(op.kind)
+        bar = False
+        if op.kind == "graph_def" or d is None:
+            bar = True
+        elif op.kind == "reduce_max" or op.kind in LAYOUT or d.absexpr is None:
+            bar = True
+        elif op.kind == "exp" and n > 1:
+            bar = True
+        elif mode == "strict" and d.lax == "nonlax":
+            bar = True
+        if bar:
+            out.add(k)
+            if op.kind == "exp":
+                n -= 1  # the barrier's exp starts a new Lax region
+        for t in op.outputs:
+            exps[id(t)] = 0 if bar else n
+    return out
+
+
+def subprograms(ref: KNGraph, mode: str = "auto"):
+    """(units, barrier set): units in topological order, each ("sub", [op indices]) or
+    ("op", op index)."""
+    bars = barriers(ref, mode)
+    producer = {}
+    for k, op in enumerate(ref.ops):
+        for t in op.outputs:
+            producer[id(t)] = k
+    level = {}
+    for k, op in enumerate(ref.ops):
+        lv = 0
+        for t in op.inputs:
+            p = producer.get(id(t))
+            if p is not None:
+                lv = max(lv, level[p] + (1 if p in bars else 0))
+        level[k] = lv
+    # as late as possible (ops join the subprogram of their consumers: a matmul that
+    # only feeds the op after a barrier is searched with that op)
+    top = max(level.values(), default=0) + 1
+    consumers: dict = {}
+    for k, op in enumerate(ref.ops):
+        for t in op.inputs:
+            p = producer.get(id(t))
+            if p is not None:
+                consumers.setdefault(p, []).append(k)
+    for k in reversed(range(len(ref.ops))):
+        cs = consumers.get(k, [])
+        level[k] = min((level[c] for c in cs), default=top) - (1 if k in bars else 0)
+    parent = {k: k for k in range(len(ref.ops)) if k not in bars}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for k, op in enumerate(ref.ops):
+        if k in bars:
+            continue
+        for t in op.inputs:
+            p = producer.get(id(t))
+            if p is not None and p not in bars and level[p] == level[k]:
+                a, b = find(p), find(k)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    groups: dict = {}
+    for k in parent:
+        groups.setdefault(find(k), []).append(k)
+    unit_of = {}
+    units = []
+    for k in range(len(ref.ops)):
+        if k in bars:
+            unit_of[k] = len(units)
+            units.append(("op", k))
+        elif find(k) == k:
+            for j in groups[k]:
+                unit_of[j] = len(units)
+            units.append(("sub", sorted(groups[k])))
+    # topological order of the units (Kahn, ties by first op index: deterministic)
+    deps = {u: set() for u in range(len(units))}
+    for k, op in enumerate(ref.ops):
+        for t in op.inputs:
+            p = producer.get(id(t))
+            if p is not None and unit_of[p] != unit_of[k]:
+                deps[unit_of[k]].add(unit_of[p])
+    order, done = [], set()
+    while len(order) < len(units):
+        ready = [u for u in range(len(units)) if u not in done and deps[u] <= done]
+        if not ready:
+            raise RuntimeError("partition: the subprograms are not convex (internal error)")
+        u = min(ready, key=lambda u: units[u][1] if units[u][0] == "op" else units[u][1][0])
+        order.append(units[u])
+        done.add(u)
+    return order, bars
+
+
+def needs_partition(ref: KNGraph, mode: str = "auto") -> bool:
+    if mode == "off" or any(op.kind == "graph_def" for op in ref.ops):
+        return False
+    return bool(barriers(ref, mode))
+
+
+def _subgraph(ref: KNGraph, ops_idx: list, name: str):
+    """The KNGraph of ref.ops[ops_idx]: (graph, external input tensors, output tensors)."""
+    inside = {id(t) for k in ops_idx for t in ref.ops[k].outputs}
+    used_outside = {id(t) for t in ref.outputs}
+    sel = set(ops_idx)
+    for k, op in enumerate(ref.ops):
+        if k not in sel:
+            used_outside |= {id(t) for t in op.inputs}
+    g = KNGraph(name)
+    env = {}
+    ext = []
+    for k in ops_idx:
+        for t in ref.ops[k].inputs:
+            if id(t) not in inside and id(t) not in env:
+                env[id(t)] = g.new_input(t.shape, dtype=t.dtype)
+                ext.append(t)
+    outs = []
+    for k in ops_idx:
+        op = ref.ops[k]
+        xs = [env[id(t)] for t in op.inputs]
+        if op.kind == "constant":
+            y = g.constant(op.attrs["value"], op.attrs["shape"], op.outputs[0].dtype)
+        else:
+            y = getattr(g, op.kind)(*xs, **op.attrs)
+        env[id(op.outputs[0])] = y
+        if id(op.outputs[0]) in used_outside:
+            outs.append(op.outputs[0])
+    for t in outs:
+        g.mark_output(env[id(t)])
+    return g, ext, outs
+
+
+def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset=None, search=None):
+    """Search each Lax subprogram of `ref`, stitch the best plans; a SearchResult."""
+    from .driver import Candidate, SearchResult, _order
+    from .generator import Stats
+    from . import check as CHK
+    from .config import auto_preset, make_config
+    from .cost import cost
+
+    t0 = time.monotonic()
+    units, bars = subprograms(ref, cfg.partition)
+    index = {id(t): k for k, t in enumerate(ref.inputs)}
+    n = len(ref.inputs)
+    plan_ops = []
+    stats = Stats()
+    notes = []
+    deadline = t0 + cfg.time_limit
+    n_sub = sum(u[0] == "sub" for u in units)
+    done_sub = 0
+    for u in units:
+        if u[0] == "op":
+            op = ref.ops[u[1]]
+            attrs = tuple(sorted(op.attrs.items()))
+            plan_ops.append(("op", op.kind, tuple(index[id(t)] for t in op.inputs), attrs))
+            index[id(op.outputs[0])] = n
+            n += 1
+            notes.append(f"kept {op.kind} (not Lax / not searchable) as a pre-defined kernel op")
+            continue
+        sub, ext, outs = _subgraph(ref, u[1], f"{ref.name}_part{done_sub}")
+        left = max(1.0, (deadline - time.monotonic()) / max(1, n_sub - done_sub))
+        done_sub += 1
+        if preset == "auto":
+            scfg = make_config(auto_preset(sub)).with_(
+                **{k: getattr(cfg, k) for k in ("workers", "seed", "prune", "checker", "max_states", "verify")})
+        else:
+            scfg = cfg
+        scfg = scfg.with_(time_limit=left, partition="off", top_k=1)
+        if verbose:
+            print(f"[partition] subprogram {done_sub}/{n_sub}: {len(u[1])} op(s) "
+                  f"({', '.join(ref.ops[k].kind for k in u[1])})", file=sys.stderr, flush=True)
+        res = search(sub, scfg, verbose, device)
+        stats.merge(res.stats)
+        best = res.candidates[0]
+        plan = best.plan if best.plan is not None else B.reference_plan(sub)
+        sops, souts = plan
+        # remap the subprogram's plan indices into the stitched plan
+        remap = {k: index[id(t)] for k, t in enumerate(ext)}
+        m = len(ext)
+        for op in sops:
+            if op[0] == "op":
+                plan_ops.append((op[0], op[1], tuple(remap[i] for i in op[2]), op[3]))
+                remap[m] = n
+                m += 1
+                n += 1
+            else:
+                plan_ops.append((op[0], tuple(remap[i] for i in op[1])) + tuple(op[2:]))
+                for _ in op[7]:
+                    remap[m] = n
+                    m += 1
+                    n += 1
+        for t, k in zip(outs, souts):
+            index[id(t)] = remap[k]
+        notes.append(f"subprogram {done_sub} ({len(u[1])} ops): best {best.cost.summary()}")
+    plan = (tuple(plan_ops), tuple(index[id(t)] for t in ref.outputs))
+    g = B.build(ref, plan)
+    cands = []
+    if cfg.verify and not CHK.float_equivalent(ref, g, cfg.seed):
+        stats.rejected += 1
+        notes.append("the stitched μGraph failed the float64 check (kept the reference)")
+    else:
+        c = Candidate(g, cost(g, device), B.plan_key(plan), plan)
+        if cfg.verify and CHK.USE_FORMAL_VERIFIER:
+            r = CHK.formal_equivalent(ref, g, cfg.seed)
+            stats.formal += 1
+            if r:
+                c.verification = r.summary()
+                cands.append(c)
+            else:
+                stats.formal_rejected += 1
+                notes.append(f"the stitched μGraph failed the verifier: {r.reason}")
+        else:
+            cands.append(c)
+    base = Candidate(ref, cost(ref, device), "reference", B.reference_plan(ref))
+    base.verification = "reference"
+    cands.append(base)
+    cands.sort(key=_order)
+    notes.insert(0, f"Lax partitioning ({cfg.partition}): {n_sub} subprogram(s), {len(bars)} op(s) kept")
+    return SearchResult(ref, cands, stats, time.monotonic() - t0, cfg, notes=notes)
