@@ -9,8 +9,8 @@ value as an exponent: what `exp` reads).
 Primes. p = 2q + 1 is a safe prime below 2^31 with q ≡ 3 (mod 4), so q | p - 1, the
 order-q subgroup of Z_p^* is the group of q-th roots of unity, and both p and q are
 ≡ 3 (mod 4). Residues are < 2^31, so an element-wise product fits int64 exactly. A
-matmul splits each operand into 16-bit limbs and runs four float64 BLAS products
-(every partial sum < K·2^32 < 2^53 for K ≤ 2^20 per chunk: exact), recombined mod p.
+matmul converts the larger operand to float64 once and splits the smaller into w-bit limbs
+(w + 31 + log2 K ≤ 53: every float64 partial sum is exact), 2-4 BLAS products recombined mod p.
 
 Operations (Table 3): add/sub/mul/div component-wise (division by a modular inverse;
 a zero divisor raises `FieldZeroDivision` so the caller resamples the trial and counts
@@ -134,30 +134,79 @@ def _powmod_scalar_exp(x: np.ndarray, e: int, m: int) -> np.ndarray:
     return result
 
 
-_LIMB = 16
-_MASK = (1 << _LIMB) - 1
-_KCHUNK = 1 << 20  # K * 2^32 < 2^53 keeps every float64 partial sum exact
+_KMAX_BITS = 14  # contraction chunk: 2^14 terms, 8-bit limbs (8 + 31 + 14 = 53)
 
 
 def _matmul_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
-    """(a @ b) mod m for residues < 2^31, exactly, through float64 BLAS on 16-bit limbs."""
+    """(a @ b) mod m for residues < 2^31, exactly, through float64 BLAS.
+
+    The larger operand is converted to float64 once, whole (31-bit integers are exact); the
+    smaller one is split into w-bit limbs with w + 31 + log2(K) <= 53, so every partial sum
+    of limb x residue products stays below 2^53 (exact). K <= 2^8 gives 16-bit limbs (2
+    products), K <= 2^14 8-bit or wider limbs (<= 4 products); longer contractions are
+    chunked. Converting the big operand (a 4096 x 6144 weight) once instead of as two limb
+    arrays is what matters: the products themselves are cheap."""
     k = a.shape[-1]
-    if k > _KCHUNK:
+    a_small = a.size <= b.size
+    big = _as_float(b if a_small else a)
+    small = a if a_small else b
+    if k > 1 << _KMAX_BITS:
+        c = 1 << _KMAX_BITS
         acc = None
-        for s in range(0, k, _KCHUNK):
-            part = _matmul_mod(a[..., s:s + _KCHUNK], b[..., s:s + _KCHUNK, :], m)
+        for s in range(0, k, c):
+            if a_small:
+                part = _mm_limbs(small[..., s:s + c], big[..., s:s + c, :], m, True)
+            else:
+                part = _mm_limbs(small[..., s:s + c, :], big[..., s:s + c], m, False)
             acc = part if acc is None else (acc + part) % m
         return acc
-    a0 = (a & _MASK).astype(np.float64)
-    a1 = (a >> _LIMB).astype(np.float64)
-    b0 = (b & _MASK).astype(np.float64)
-    b1 = (b >> _LIMB).astype(np.float64)
-    r00 = np.matmul(a0, b0).astype(np.int64) % m
-    mid = (np.matmul(a0, b1).astype(np.int64) + np.matmul(a1, b0).astype(np.int64)) % m
-    r11 = np.matmul(a1, b1).astype(np.int64) % m
-    s16 = (1 << _LIMB) % m
-    s32 = (1 << (2 * _LIMB)) % m
-    return (r00 + _mulmod(mid, s16, m) + _mulmod(r11, s32, m)) % m
+    return _mm_limbs(small, big, m, a_small)
+
+
+_SCRATCH: list = [np.empty(0)]
+
+
+def _as_float(x: np.ndarray) -> np.ndarray:
+    """x as float64 in a reused scratch buffer (fresh 100 MB arrays cost more in page faults
+    than the conversion itself). Valid until the next call."""
+    if x.size < 1 << 20:
+        return x.astype(np.float64)
+    if _SCRATCH[0].size < x.size:
+        _SCRATCH[0] = np.empty(x.size)
+    out = _SCRATCH[0][:x.size].reshape(x.shape)
+    np.copyto(out, x, casting="unsafe")
+    return out
+
+
+def _fmod_exact(r: np.ndarray, m: int) -> np.ndarray:
+    """r mod m in place, for float64 integers 0 <= r < 2^53 (Barrett in floating point):
+    q = floor(r/m) < 2^22 is off by at most one after rounding, q·m < 2^53 and r - q·m are
+    exact, then one correction each way. ~6x faster than int64 %."""
+    q = r * (1.0 / m)
+    np.floor(q, out=q)
+    q *= m
+    r -= q
+    r[r < 0] += m
+    r[r >= m] -= m
+    return r
+
+
+def _mm_limbs(small: np.ndarray, big: np.ndarray, m: int, small_left: bool) -> np.ndarray:
+    k = big.shape[-2] if small_left else big.shape[-1]
+    w = min(16, 53 - 31 - max(1, (k - 1).bit_length()))
+    mask = (1 << w) - 1
+    acc = None
+    for i in reversed(range(-(-31 // w))):  # Horner from the top limb
+        limb = ((small >> (w * i)) & mask).astype(np.float64) if i else (small & mask).astype(np.float64)
+        r = np.matmul(limb, big) if small_left else np.matmul(big, limb)
+        _fmod_exact(r, m)
+        if acc is None:
+            acc = r
+        else:  # acc·2^w + r < 2^47 + 2^31: exact
+            acc *= float(1 << w)
+            acc += r
+            _fmod_exact(acc, m)
+    return acc.astype(np.int64)
 
 
 # -- keyed hashing (random functions) -----------------------------------------------------
