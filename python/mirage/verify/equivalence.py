@@ -15,6 +15,10 @@ Procedure
    (Theorem 3). Trials are capped (`max_trials`); when the bound is vacuous (eps ≥ 1,
    e.g. attention over thousands of keys: k grows with the sequence length) the check
    still runs `vacuous_trials` trials, reports `bound_met=False` and says so.
+   When that bound does not reach δ, the random-function model runs next (exp, sqrt and
+   the non-Lax ops as keyed random functions over Z_p x Z_p2; `random_model_bound`,
+   docs/verify.md "Model 2") and gives the bound; a pair that passes ω^x but not this model
+   (equal only through exp/sqrt identities) is reported equivalent without a bound.
 3. Each trial draws fresh inputs in Z_p x Z_q and a fresh ω from a seeded RNG, evaluates
    both graphs with `FieldArith` through the one interpreter and compares the Z_p
    components of every output element. A division by zero resamples the trial (counted

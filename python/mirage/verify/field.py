@@ -25,6 +25,12 @@ max (reduce_max and the max accumulator) selects the element that is largest in 
 random total order (a keyed hash), which keeps max associative, commutative and
 idempotent, so re-associated maxima stay equal.
 
+The random-function model (`model="random"`, docs/verify.md "Model 2"): the second
+component is Z_p2 for a second prime p2 (not an exponent field), inputs are uniform in both,
+and exp and sqrt are keyed random functions of the whole value (x_p, x_p2), like the non-Lax
+operators; outputs are compared on both components. It gives a bound where Theorem 2 is
+vacuous (long softmax sums), at the price of the exp/sqrt identities.
+
 Constants: a float that equals a rational n/d with d ≤ 10^9 (0.125, 1e-6, 1/64, ...)
 maps to n·d^-1 in both fields; any other value maps to a random element keyed by its
 bits, the same in both graphs under test.
