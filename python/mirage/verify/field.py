@@ -15,8 +15,8 @@ matmul converts the larger operand to float64 once and splits the smaller into w
 Operations (Table 3): add/sub/mul/div component-wise (division by a modular inverse;
 a zero divisor raises `FieldZeroDivision` so the caller resamples the trial and counts
 it); exp(x) = (ω^(x_q) mod p, h(x_q)) with ω a random q-th root of unity (the Z_q part
-of an exponential is never read by a Lax program; it is a keyed hash so that non-Lax
-programs still evaluate deterministically); sqrt(x) = x^((m+1)/4) mod m in each
+of an exponential is never read by a Lax program; it is a keyed affine map of x_q so that
+non-Lax programs still evaluate deterministically); sqrt(x) = x^((m+1)/4) mod m in each
 component (m ∈ {p, q}): a square root of every quadratic residue and a multiplicative
 map on the whole field, so sqrt(ab) = sqrt(a)sqrt(b) and sqrt(a/b) = sqrt(a)/sqrt(b)
 hold exactly. Non-Lax operators (silu, gelu, relu, sigmoid) are independent random
@@ -381,7 +381,14 @@ class FieldArith(Arith):
         lo, hi = self._tables()
         x = a.q
         vp = _mulmod(lo[x & 0x7FFF], hi[x >> 15], self.p)
-        return FV(vp, self._hash(a.q, None, "exp-q")[1])
+        # the Z_q part is read only by non-Lax programs (an exp inside an exp): a keyed affine
+        # map keeps them deterministic and exp(exp(x)) != exp(x), at one mulmod (not a hash)
+        c1, c2 = self._exp_q_key()
+        return FV(vp, (_mulmod(x, c1, self.q) + c2) % self.q)
+
+    def _exp_q_key(self) -> tuple[int, int]:
+        k = int(_mix(np.array([_key("exp-q", self.seed)], dtype=np.uint64))[0])
+        return 2 + k % (self.q - 3), (k >> 32) % self.q
 
     def _tables(self):
         """ω^j and ω^(j·2^15) for j < 2^15 (x_q < 2^30 indexes both halves)."""

@@ -45,7 +45,8 @@ def verify_pairs(graphs: dict, pairs: list, delta: float = 1e-9, seed: int = 0, 
         res = check_equivalence(graphs[ref], graphs[cand], delta=delta, seed=seed, fp_check=fp_check,
                                 max_trials=max_trials)
         if res.equivalent:
-            bound = (f"error bound {res.error_bound:.3g}" if res.bound_met else
+            model = " (random-function model for exp/sqrt)" if res.model == "random" else ""
+            bound = (f"error bound {res.error_bound:.3g}{model}" if res.bound_met else
                      f"no error bound <= {delta:g}: {res.bound_details.get('note', '')}")
             msg = (f"mirage-verify: @{cand} is equivalent to @{ref} ({res.trials} trials, {bound}, "
                    f"p={res.primes[0]}, q={res.primes[1]}")
