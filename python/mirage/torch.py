@@ -6,6 +6,9 @@
 - `superoptimize(module, example_inputs, **search_options)` -> an `nn.Module` that runs
   optimized kernels on CUDA tensors where the search and the runtime are available, and
   the original module otherwise (one warning, not one per call).
+- `MirageModule.save(dir)` / `load(dir, module=None)`: the optimized module with its
+  ahead-of-time compiled kernel bundles, loadable where only torch and `mirage.runtime`
+  are installed (frontend/deploy.py).
 - `torch.compile(model, backend="mirage")`: the backend is registered on import.
 
 See docs/torch.md.
@@ -18,9 +21,9 @@ from typing import Any, Sequence
 
 import torch
 
-from .frontend.torch_import import ImportResult, import_module, unsupported_reason  # noqa: F401
+from .frontend.torch_import import Binding, ImportResult, import_module, unsupported_reason  # noqa: F401
 
-__all__ = ["import_module", "superoptimize", "MirageModule", "ImportResult", "backend", "compile_reports"]
+__all__ = ["import_module", "superoptimize", "MirageModule", "ImportResult", "backend", "compile_reports", "load"]
 
 
 def _optional(name: str):
@@ -34,31 +37,55 @@ def _optional(name: str):
 
 
 def _attach_kernels(result: ImportResult, search_options: dict) -> list[str]:
-    """Superoptimize each kn segment and attach a GPU callable where possible.
-    Returns one line per segment saying what happened."""
+    """Superoptimize each kn segment, compile it ahead of time to a kernel bundle for
+    `target` (default sm_90; works without a GPU) and, where CUDA is available, attach a
+    callable running it. Options besides the search's: `target`, `search` (False: skip
+    the search), `compile` (False: no bundles). Returns one line per step and segment."""
+    opts = dict(search_options)
+    target = opts.pop("target", "sm_90")
+    do_search = opts.pop("search", True)
+    do_compile = opts.pop("compile", True)
     notes = []
-    search = _optional("mirage.search")
-    lower = _optional("mirage.lower")
+    search = _optional("mirage.search") if do_search else None
+    lower = _optional("mirage.lower") if do_compile else None
     for name, seg in result.program.segments.items():
         g = seg.graph
         best = g
-        fn = getattr(g, "superoptimize", None) or getattr(search, "superoptimize", None)
-        if fn is None:
+        if hasattr(g, "superoptimize"):
+            fn = g.superoptimize  # bound: takes the options only
+        elif getattr(search, "superoptimize", None) is not None:
+            fn = lambda _f=search.superoptimize, **kw: _f(g, **kw)  # noqa: E731
+        else:
+            fn = None
+        if not do_search:
+            notes.append(f"{g.name}: search skipped (search=False); kept the imported graph")
+        elif fn is None or search is None:
             notes.append(f"{g.name}: search not available; kept the imported graph")
         else:
             try:
-                out = fn(**search_options) if fn is getattr(g, "superoptimize", None) else fn(g, **search_options)
+                out = fn(**opts)
                 best = out[0] if isinstance(out, (list, tuple)) else out
+                best = getattr(best, "best", best)  # a SearchResult
                 notes.append(f"{g.name}: superoptimized")
             except Exception as e:  # the search is young: never fail the user's model on it
                 notes.append(f"{g.name}: search failed ({type(e).__name__}: {e}); kept the imported graph")
         seg.optimized = best
-        call = getattr(lower, "call", None) if lower is not None else None
-        if call is None or not torch.cuda.is_available():
-            notes.append(f"{g.name}: no GPU code generation/runtime here; runs in PyTorch")
+        if lower is None or not hasattr(lower, "compile"):
+            notes.append(f"{g.name}: no code generation here (compile=False or mirage.lower missing); runs in PyTorch")
             continue
-        seg.kernel = lambda ins, best=best, call=call: call(best, ins)
-        notes.append(f"{g.name}: kernels attached")
+        try:
+            cg = lower.compile(best, target)  # cached by graph hash + target
+            ins = [list(t["shape"]) for t in cg.lowered.inputs]
+            if ins != [list(t.shape) for t in g.inputs]:
+                raise ValueError(f"the bundle's inputs {ins} are not the segment's")
+        except Exception as e:
+            notes.append(f"{g.name}: code generation failed ({type(e).__name__}: {e}); runs in PyTorch")
+            continue
+        seg.bundle = cg
+        notes.append(f"{g.name}: compiled for {target}: {len(cg.lowered.kernels)} kernel(s) ({cg.path})")
+        if torch.cuda.is_available():
+            seg.kernel = lambda ins, cg=cg: cg(*ins)  # the runtime kernel is loaded once, on first call
+            notes.append(f"{g.name}: kernels attached")
     return notes
 
 
@@ -108,10 +135,43 @@ class MirageModule(torch.nn.Module):
             self._warn_once("error", f"kernel execution failed ({type(e).__name__}: {e})")
             return self.original(*args, **kwargs)
 
+    def save(self, path: str, weights: bool = True) -> str:
+        """Write everything the module needs at run time to directory `path`: the
+        exported program with its PyTorch segments, each kn segment's kernel bundle
+        (PTX + manifest, compiled ahead of time), the binding of kernel inputs to
+        parameters and (unless `weights=False`) the parameters and buffers. Load it with
+        `mirage.torch.load(path)` where only torch and `mirage.runtime` are installed."""
+        from .frontend import deploy
+
+        if self.result is None:
+            raise ValueError("mirage: the module did not import; nothing to save")
+        res = self.result
+        program = deploy.build_program(res.exported, res.program.gm)
+        state = None
+        if weights:
+            state = {name: res.program.state_value(Binding(kind, name))
+                     for kind, name in program.state_keys if kind != "constant"}
+        info = {"report": self.report,
+                "bindings": {s.graph.name: [f"{b.kind}:{b.name}" for b in s.bindings]
+                             for s in res.segments if s.graph is not None},
+                "offloaded": [f"{o.op} ({o.node}): {o.reason}" for o in res.offloaded]}
+        return deploy.save(path, program, self._signature, state=state, info=info)
+
+
+def load(path: str, module: torch.nn.Module | None = None, weights: bool = True):
+    """Load a module saved by `MirageModule.save` (needs only torch, numpy and, to run
+    kernels, `mirage.runtime`). `module`: the original module, whose parameters are
+    then used and which runs inputs of other shapes; else the saved weights."""
+    from .frontend.deploy import load as _load
+
+    return _load(path, module, weights=weights)
+
 
 def superoptimize(module: torch.nn.Module, example_inputs: Sequence, **search_options: Any) -> MirageModule:
-    """Import `module` at `example_inputs`' shapes, superoptimize its kn segments and
-    return a module that uses them on matching CUDA inputs (see docs/torch.md)."""
+    """Import `module` at `example_inputs`' shapes, superoptimize its kn segments, compile
+    them to kernel bundles and return a module that uses them on matching CUDA inputs
+    (see docs/torch.md). Options: the search's, and `target` ("sm_90"), `search`
+    (True), `compile` (True)."""
     try:
         result = import_module(module, example_inputs)
     except Exception as e:
@@ -124,6 +184,7 @@ def superoptimize(module: torch.nn.Module, example_inputs: Sequence, **search_op
 
 # -- torch.compile backend -------------------------------------------------------------
 
+BACKEND_OPTIONS: dict = {}  # default options of backend="mirage" (search options, target, search, compile)
 _REPORTS: list[ImportResult] = []  # explicit cache of the backend's imports (clear with compile_reports(clear=True))
 
 
@@ -145,7 +206,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **search_options):
     try:
         result = import_module(gm, list(example_inputs))
         _REPORTS.append(result)
-        notes = _attach_kernels(result, search_options)
+        notes = _attach_kernels(result, {**BACKEND_OPTIONS, **search_options})
     except Exception as e:
         warnings.warn(f"mirage backend: import failed ({type(e).__name__}: {e}); using the captured graph",
                       RuntimeWarning)

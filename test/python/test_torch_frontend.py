@@ -206,7 +206,7 @@ def test_superoptimize_falls_back_on_cpu_with_one_warning():
     torch.manual_seed(4)
     m = GatedMLP()
     x = torch.randn(8, 64)
-    opt = mt.superoptimize(m, [x])
+    opt = mt.superoptimize(m, [x], search=False)
     assert isinstance(opt, torch.nn.Module) and opt.result.fully_converted
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -220,9 +220,10 @@ def test_superoptimize_falls_back_on_cpu_with_one_warning():
         assert torch.equal(opt(y), m(y))
 
 
-def test_torch_compile_backend_on_cpu_is_identical():
+def test_torch_compile_backend_on_cpu_is_identical(monkeypatch):
     import torch._dynamo
 
+    monkeypatch.setitem(mt.BACKEND_OPTIONS, "search", False)
     torch._dynamo.reset()
     mt.compile_reports(clear=True)
     torch.manual_seed(5)
@@ -233,3 +234,72 @@ def test_torch_compile_backend_on_cpu_is_identical():
         assert torch.equal(c(x), m(x))
     reps = mt.compile_reports()
     assert reps and reps[0].fully_converted, reps and reps[0].report()
+
+
+# -- save / load: the deployable module ------------------------------------------------------
+
+def _no_heavy_imports_in_loader():
+    """The loader's modules import no MLIR, torch-mlir or z3 at module level."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(mt.__file__).parent
+    for f in ("frontend/deploy.py", "runtime/__init__.py", "runtime/bundle.py", "runtime/launcher.py"):
+        tree = ast.parse((root / f).read_text())
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert not [n for n in names if n.split(".")[0] in ("mlir", "torch_mlir", "z3")], (f, names)
+
+
+@pytest.mark.parametrize("cls,shape", [(GatedMLP, (8, 64)), (WithUnsupported, (4, 16))])
+def test_save_load_round_trip_on_cpu(tmp_path, cls, shape):
+    _no_heavy_imports_in_loader()
+    torch.manual_seed(6)
+    m = cls()
+    x = torch.randn(*shape)
+    opt = mt.superoptimize(m, [x], search=False)  # bundles compiled for sm_90 without a GPU
+    assert all(s.bundle is not None for s in opt.result.program.segments.values()), opt.report
+    d = opt.save(str(tmp_path / "m"))
+    import json
+    import os
+
+    man = json.load(open(os.path.join(d, "manifest.json")))
+    for s in man["segments"]:
+        b = os.path.join(d, s["bundle"])
+        assert os.path.isfile(os.path.join(b, "manifest.json")) and any(f.endswith(".ptx") for f in os.listdir(b))
+    assert os.path.isfile(os.path.join(d, "weights.pt"))
+
+    # saved weights, no module: CPU inputs run the exported ATen graph (same function)
+    ld = mt.load(d)
+    assert all(s.bundle_path for s in ld.program.segments().values())
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            np.testing.assert_allclose(ld(x).detach().numpy(), m(x).detach().numpy(), rtol=1e-6, atol=1e-6)
+    assert len([a for a in w if "mirage" in str(a.message)]) == 1
+    ld.program.set_mode("interpreter")  # kn segments by the reference interpreter, from the saved graphs
+    np.testing.assert_allclose(ld.program(x).detach().numpy(), m(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="do not match"):
+        ld(torch.randn(2, shape[1]))
+
+    # bound to the module: its parameters, bit-identical fallback, other shapes too
+    ld2 = mt.load(d, module=m, weights=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.equal(ld2(x), m(x))
+        y = torch.randn(3, shape[1])
+        assert torch.equal(ld2(y), m(y))
+    with torch.no_grad():  # parameters are read at call time, not copied
+        next(m.parameters()).mul_(2)
+    ld2.program.set_mode("torch")
+    np.testing.assert_allclose(ld2.program(x).detach().numpy(), m(x).detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_bundles_are_cached_by_graph_hash():
+    import mirage.lower as L
+
+    g = mt.import_module(lambda a, b: torch.exp(a) * b, [torch.randn(4, 8), torch.randn(1, 8)]).graphs[0]
+    g2 = mt.import_module(lambda a, b: torch.exp(a) * b, [torch.randn(4, 8), torch.randn(1, 8)]).graphs[0]
+    c1 = L.compile(g, "sm_90")
+    assert L.compile(g2, "sm_90") is c1  # an equal graph (another object): no recompilation
+    assert L.compile(g, "sm_80") is not c1

@@ -15,7 +15,7 @@ Pipeline (`import_module`):
    `tosa_to_kn.convert_function`. If the TOSA holds an op kn cannot express, the whole
    partition stays in torch (reported with the TOSA op and reason): nothing is dropped.
 4. The partitioned program is the export's graph module in which every converted
-   partition is a `KernelSegment`: it runs the kn graph (reference interpreter, or
+   partition is a `DeployedSegment` (frontend/deploy.py): it runs the kn graph (reference interpreter, or
    compiled kernels on CUDA once attached) or, by default on CPU, the original ATen
    subgraph.
 """
@@ -234,53 +234,12 @@ def export(module_or_fn, example_inputs: Sequence):
 
 # -- segments at run time ----------------------------------------------------------------
 
-class KernelSegment:
-    """Mixin body for the torch module that replaces a converted partition."""
-
-
 def _make_segment_module(graph: KNGraph, fallback, arg_map, out_map, single: bool, out_dtypes):
-    import torch
+    """The module that replaces a converted partition (`deploy.DeployedSegment`: runs
+    the ATen subgraph, the kn graph in the interpreter, or compiled kernels)."""
+    from .deploy import DeployedSegment
 
-    class KnSegment(torch.nn.Module):
-        """A converted partition: runs `graph` ('interpreter' or compiled 'kernels') or
-        the original ATen subgraph ('torch')."""
-
-        def __init__(self):
-            super().__init__()
-            self.graph = graph
-            self.fallback = fallback
-            self.arg_map = arg_map  # per graph input: ("arg", k) | ("const", ndarray)
-            self.out_map = out_map  # per partition output: ("out", j) | ("arg", k) | ("const", v, shape)
-            self.single = single
-            self.out_dtypes = out_dtypes
-            self.mode = "torch"
-            self.kernel = None  # a callable on torch tensors (list in, list out), set by superoptimize
-
-        def forward(self, *args):
-            if self.mode == "torch" or (self.mode == "kernels" and self.kernel is None):
-                return self.fallback(*args)
-            if self.mode == "kernels":
-                ins = [args[a[1]] if a[0] == "arg" else torch.as_tensor(a[1], dtype=self.out_dtypes[0],
-                                                                          device=args[0].device)
-                       for a in self.arg_map]
-                outs = list(self.kernel(ins))
-                dev = args[0].device
-            else:  # interpreter, float64
-                ins = [_np(args[a[1]]) if a[0] == "arg" else a[1] for a in self.arg_map]
-                outs = self.graph.evaluate(ins)
-                dev = args[0].device if args else "cpu"
-            res = []
-            for m, dt in zip(self.out_map, self.out_dtypes):
-                if m[0] == "out":
-                    v = outs[m[1]]
-                elif m[0] == "arg":
-                    v = args[m[1]]
-                else:
-                    v = np.full(m[2], m[1])
-                res.append(torch.as_tensor(v).to(device=dev, dtype=dt))
-            return res[0] if self.single else tuple(res)
-
-    return KnSegment()
+    return DeployedSegment(graph, fallback, arg_map, out_map, single, out_dtypes)
 
 
 class PartitionedProgram:
@@ -298,7 +257,7 @@ def _make_program(ep, fused_gm, segments: dict, module):
         raise NotImplementedError("the module mutates its buffers or inputs; only pure forward passes are supported")
 
     class Program(torch.nn.Module):
-        """The partitioned module: kn segments (`KnSegment`) and PyTorch for the rest.
+        """The partitioned module: kn segments (`DeployedSegment`) and PyTorch for the rest.
         Call it like the original module."""
 
         def __init__(self):

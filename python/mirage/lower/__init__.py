@@ -65,13 +65,24 @@ class CompiledGraph:
 _CACHE: dict[tuple, CompiledGraph] = {}
 
 
+def _cache_key(g, target: str, options) -> tuple:
+    """Bundle cache key: the graph's content hash (its kn MLIR), the target and the
+    options, so equal graphs share a bundle and nothing is recompiled per call."""
+    from .convert import graph_hash
+
+    return (graph_hash(g), target, repr(options))
+
+
 def compile(g, target: str = "sm_90", out_dir: str | None = None,
             options: Options | None = None) -> CompiledGraph:
     """Lower `g` to PTX and write a bundle directory (default: a cache directory keyed by
     the graph hash and target). Returns a `CompiledGraph`."""
     from ..runtime.bundle import write_bundle
 
-    key = (id(g), target, repr(options))
+    key = _cache_key(g, target, options)
+    hit = _CACHE.get(key)
+    if hit is not None and out_dir is None and os.path.isdir(hit.path):
+        return hit
     low, ptx = to_ptx(g, target, options)
     if out_dir is None:
         root = os.environ.get("MIRAGE_CACHE", os.path.join(tempfile.gettempdir(), "mirage-bundles"))
@@ -120,7 +131,6 @@ def call(g, inputs, target: str = "sm_90", **kw):
             f"no CUDA GPU is available to run μGraph '{g.name}': calling a graph runs its compiled "
             f"PTX kernels on a GPU. On this machine use g.evaluate(inputs) (the reference "
             f"interpreter, numpy) or g.compile(target) to produce a kernel bundle for a GPU machine.")
-    key = (id(g), target, None)
-    cg = _CACHE.get(key) or compile(g, target)
+    cg = compile(g, target)  # cached by graph hash + target: compiled once
     inputs = list(inputs or [])
     return cg(*inputs, **{k: v for k, v in kw.items() if k in ("stream", "out")})
