@@ -34,6 +34,10 @@ class SearchConfig:
     reduction_dimx: int = 64
     block_dim: tuple = (128, 1, 1)
     grid_reduced: bool = True  # allow splitting a reduced class over the grid (split-K)
+    min_split_reduced: int = 0  # reduced classes smaller than this stay whole (head dims)
+    min_split_extent: int = 0  # classes of extent in (small_extent, this) stay whole
+    small_extent: int = 16  # classes up to this extent (batch, heads) may split into tiles of 1
+    min_loop_tile: int = 1  # smallest per-iteration tile of the for-loop class
     block_reductions: bool = True  # reduction ops in block graphs (for combining split-K partials)
     predefined_ops: bool = True  # allow pre-defined kernel ops in candidates
     kernel_op_kinds: tuple | None = None  # default: the reference's kinds
@@ -67,8 +71,11 @@ PRESETS = {
     "lora": dict(max_grid_dims=1, grid_reduced=False, max_kernel_ops=1, max_graph_defs=1,
                  tile_sizes=(16, 32, 64, 128), max_block_outputs=1, block_reductions=False),
     # several grid dims, split of the KV sequence over blocks + a reduction kernel
+    # grid over batch / query rows / a split of the KV sequence, loop over KV chunks; the
+    # head dims (reduced classes < 128) stay whole
     "attention": dict(max_grid_dims=3, grid_reduced=True, max_kernel_ops=2, max_graph_defs=2,
-                      tile_sizes=(1, 16, 64), max_block_outputs=2, predefined_ops=False),
+                      tile_sizes=(1, 16, 64), max_block_outputs=2, predefined_ops=False,
+                      min_split_reduced=128, min_split_extent=128, min_loop_tile=16),
 }
 
 
@@ -118,9 +125,10 @@ class _UF:
             self.p[max(a, b)] = min(a, b)
 
 
-def dim_classes(g) -> tuple[list[tuple], set]:
+def dim_classes(g, explicit: bool = False) -> tuple[list[tuple], set]:
     """Class of every dim of each input of KNGraph `g` (tuples of class names, None for
-    size-1 dims) and the set of reduced classes (contracted or reduced somewhere)."""
+    size-1 dims) and the set of reduced classes (contracted or reduced somewhere; with
+    `explicit`, only those reduced by a reduction op, not by a matmul contraction)."""
     uf = _UF()
     key = {}
     order = []
@@ -147,7 +155,8 @@ def dim_classes(g) -> tuple[list[tuple], set]:
             uf.union(k(a, r - 2), k(out, r - 2))
             uf.union(k(b, r - 1), k(out, r - 1))
             uf.union(k(a, r - 1), k(b, r - 2))
-            reduced.append(k(a, r - 1))
+            if not explicit:
+                reduced.append(k(a, r - 1))
         elif op.kind in ("reduction", "reduce_max"):
             d0 = op.attrs["dim"] % len(ins[0].shape)
             for d in range(len(ins[0].shape)):
@@ -219,7 +228,11 @@ def schedules(shapes: Sequence[tuple], classes: Sequence[tuple], reduced: set, c
     opts = {}
     for c in cls:
         n = extent[c]
-        divs = [d for d in range(1, n + 1) if n % d == 0 and d <= cfg.max_blocks]
+        if (c in reduced and n < cfg.min_split_reduced) or cfg.small_extent < n < cfg.min_split_extent:
+            opts[c] = [1]
+            continue
+        divs = [d for d in range(1, n + 1) if n % d == 0 and d <= cfg.max_blocks
+                and (cfg.min_split_extent == 0 or n <= cfg.small_extent or n // d > 1)]
         grid_opts = [1] + [d for d in divs if d > 1 and (cfg.grid_reduced or c not in reduced)]
         opts[c] = grid_opts
     out = []
@@ -231,11 +244,11 @@ def schedules(shapes: Sequence[tuple], classes: Sequence[tuple], reduced: set, c
         gs = dict(zip(cls, gsplit))
         loops = [(None, 1)]
         for c in cls:
-            if c not in reduced:
+            if c not in reduced or extent[c] < cfg.min_split_reduced:
                 continue
             rem = extent[c] // gs[c]
             for r in range(2, rem + 1):
-                if rem % r == 0 and _tile_ok(rem // r, extent[c], cfg):
+                if rem % r == 0 and rem // r >= cfg.min_loop_tile and _tile_ok(rem // r, extent[c], cfg):
                     loops.append((c, r))
         for lc, lr in loops:
             if franges is not None and lr not in franges:

@@ -64,9 +64,10 @@ class SearchResult:
                  f"  states visited: {s.states} (kernel {s.kernel_states}, block {s.block_states}), "
                  f"schedules {s.schedules}",
                  "  pruned: " + (", ".join(f"{k} {v}" for k, v in sorted(s.pruned.items())) or "none"),
-                 f"  candidates: {s.candidates} found, {s.verified} verified, {s.rejected} rejected by the "
-                 f"float64 pre-filter; {s.formal} formally verified, {s.formal_rejected} rejected by the "
-                 f"verifier; {len(self.candidates)} kept",
+                 f"  candidates: {s.candidates} found ({len(self.others) + len(self.candidates) - 1} distinct); "
+                 f"best first: {s.verified} passed the float64 check, {s.rejected - s.formal_rejected} failed it; "
+                 f"{s.formal} formally verified, {s.formal_rejected} rejected by the verifier; "
+                 f"{len(self.candidates)} kept",
                  f"  reference: {self.reference_cost.summary()}"]
         for k, c in enumerate(self.candidates[:self.config.top_k]):
             tag = " (reference)" if c.key == "reference" else ""
@@ -94,6 +95,8 @@ def _run_item(item):
     found = {}
 
     def on_candidate(plan):
+        # complete candidates are built (every builder validity check runs) and costed
+        # here; the equivalence checks run after ranking, on the best few (`_rank`)
         key = B.plan_key(plan)
         if key in found:
             return
@@ -102,11 +105,6 @@ def _run_item(item):
         except Exception:
             gen.stats.rejected += 1
             return
-        if gen.cfg.verify:
-            if not CHK.float_equivalent(ref, g, gen.cfg.seed):
-                gen.stats.rejected += 1
-                return
-        gen.stats.verified += 1
         found[key] = (plan, cost(g).time)
 
     gen.on_candidate = on_candidate
@@ -127,6 +125,12 @@ def _run_item(item):
 
 
 def work_items(gen: Generator) -> list:
+    """The first kernel op of every candidate, most promising first: graph-defined kernels
+    over more inputs, then block counts near one wave of the SMs, then shorter loops
+    (the order only matters for what finishes under a time limit: results are merged
+    and ranked independently of it)."""
+    from math import log2, prod
+
     st = gen.initial()
     items = []
     for c in gen.kernel_choices(st):
@@ -135,7 +139,16 @@ def work_items(gen: Generator) -> list:
         else:
             for s in gen.schedules_for(st, c[1]):
                 items.append(("graph_def", c[1], s))
-    return items
+    sms = gen.cfg.sms
+
+    def prio(it):
+        if it[0] == "op":
+            return (1, 0, 0.0, 0)
+        _, I, s = it
+        return (0, -len(I), abs(log2(prod(s.grid) / sms)), s.forloop)
+
+    order = sorted(range(len(items)), key=lambda k: (prio(items[k]), k))
+    return [items[k] for k in order]
 
 
 # -- driver --------------------------------------------------------------------------------
@@ -242,7 +255,8 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None) -> SearchRes
         ranked.append(Candidate(g, cost(g, device), key, plan))
     ranked.sort(key=_order)
     cands = []
-    if cfg.verify and CHK.USE_FORMAL_VERIFIER:
+    others = []
+    if cfg.verify:
         pos = 0
         batch = max(1, getattr(pool, "_processes", 1) or 1)
         while pos < len(ranked) and len(cands) < cfg.top_k:
@@ -250,12 +264,17 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None) -> SearchRes
             pos += len(chunk)
             args = [(c.plan, cfg.seed) for c in chunk]
             if pool is not None and len(chunk) > 1:
-                outs = pool.map(_formal_item, args, chunksize=1)
+                outs = pool.map(_check_item, args, chunksize=1)
             else:
                 _W["ref"] = ref
-                outs = [_formal_item(a) for a in args]
-            for c, (ok, note) in zip(chunk, outs):
-                stats.formal += 1
+                outs = [_check_item(a) for a in args]
+            for c, (stage, ok, note) in zip(chunk, outs):
+                if stage == "float":
+                    stats.rejected += 1
+                    continue
+                stats.verified += 1
+                if stage == "formal":
+                    stats.formal += 1
                 if ok:
                     c.verification = note
                     cands.append(c)
@@ -265,7 +284,7 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None) -> SearchRes
         others = ranked[pos:]
         cands = cands[:cfg.top_k]
     else:
-        cands, others = ranked, []
+        cands = ranked
     base = Candidate(ref, cost(ref, device), "reference", B.reference_plan(ref))
     base.verification = "reference"
     cands.append(base)
@@ -273,15 +292,20 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None) -> SearchRes
     return SearchResult(ref, cands, stats, seconds, cfg, others=others)
 
 
-def _formal_item(arg):
+def _check_item(arg):
+    """(stage, ok, note): the float64 pre-filter, then the formal verifier."""
     plan, seed = arg
     ref = _W["ref"]
     g = B.build(ref, plan)
+    if not CHK.float_equivalent(ref, g, seed):
+        return "float", False, "float64 check failed"
+    if not CHK.USE_FORMAL_VERIFIER:
+        return "float-only", True, "float64 check"
     try:
         r = CHK.formal_equivalent(ref, g, seed)
     except Exception as e:  # a verifier failure is a rejection, with the reason
-        return False, f"verifier error: {e}"
-    return bool(r), r.summary()
+        return "formal", False, f"verifier error: {e}"
+    return "formal", bool(r), r.summary()
 
 
 def _order(c: Candidate):
@@ -306,10 +330,10 @@ class _Progress:
         if now - self.last < (0.5 if self.tty else 5.0) and self.done_items < self.total:
             return
         self.last = now
-        best = min((v[1] for v in found.values()), default=None)
+        best = min((v[1] for v in found.values()), default=None)  # unverified yet
         pr = " ".join(f"{k}={v}" for k, v in sorted(stats.pruned.items()))
         msg = (f"\r[search] items {self.done_items}/{self.total} states {stats.states} pruned[{pr}] "
-               f"verified {stats.verified} best "
+               f"candidates {len(found)} best "
                + (f"{best * 1e6:.2f}us" if best is not None else "-"))
         if self.tty:
             print(msg[:200], end="", file=sys.stderr, flush=True)
@@ -320,4 +344,4 @@ class _Progress:
         if self.on:
             if self.tty:
                 print(file=sys.stderr)
-            print("[search] formal verification of the best distinct candidates ...", file=sys.stderr, flush=True)
+            print("[search] checking the best distinct candidates (float64, then the formal verifier) ...", file=sys.stderr, flush=True)

@@ -117,6 +117,10 @@ class Generator:
         self.targets = output_exprs(ref, self.T)
         self.target_shapes = [t.shape for t in ref.outputs]
         self.in_classes, self.reduced = dim_classes(ref)
+        # classes the reference sums by a reduction op (not only by a matmul contraction):
+        # a standalone sum over a contraction class of a complete (non-partial) tile is
+        # never part of the reference's value (it would be sum_d x[d], not sum_d x[d] y[d])
+        self.sum_reduced = dim_classes(ref, explicit=True)[1]
         kinds = {op.kind for op in ref.ops}
         self.ref_kinds = kinds
         dflt_k = tuple(k for k in sorted(kinds) if O.OPS.get(k) and O.OPS[k].absexpr and k != "constant")
@@ -278,7 +282,10 @@ class Generator:
         n_in = len(self.ref.inputs)
         dangling = sum(1 for k in range(n_in, len(st["tensors"])) if not st["consumed"][k]
                        and st["tensors"][k].expr not in self.targets)
-        return dangling <= self.cfg.max_kernel_ops - len(st["ops"])
+        left = self.cfg.max_kernel_ops - len(st["ops"])
+        # one graph-defined kernel consumes up to max_block_inputs tensors, a pre-defined op two
+        per = self.cfg.max_block_inputs if st["ngd"] < self.cfg.max_graph_defs else 2
+        return dangling <= left * per
 
     def search_kernel(self, st, depth=0):
         """DFS from kernel state `st`. Subtrees are memoized by the state's signature
@@ -562,6 +569,17 @@ class _BlockCtx:
         class, or it holds partial results (concatenated partial sums)."""
         return c is None or c in self.g.reduced or (isinstance(c, tuple) and c[0] in ("cat", "dimx"))
 
+    def summable(self, x, d) -> bool:
+        """Whether summing tile `x` over dim `d` can be part of the reference's value: the
+        tile holds partial sums (split-K combining), or the class is one the reference
+        reduces explicitly (a reduction / rms op, not only a matmul contraction)."""
+        c = x.classes[d]
+        if x.partial or c is None:
+            return True
+        if isinstance(c, tuple):
+            return True
+        return c in self.g.sum_reduced
+
     def provenance(self, kind, xs, shape, ad):
         """(tags, partial, classes) of the result, or None if the partitioning makes the
         op meaningless (operands split differently along one dim, non-linear ops on
@@ -628,15 +646,17 @@ class _BlockCtx:
         if kind == "reduction":
             x = xs[0]
             d = ad["dim"]
-            if not self.reducible(x.classes[d]):
+            if not self.reducible(x.classes[d]) or not self.summable(x, d):
                 return None
+            if x.phase == "pre" and d == len(x.shape) - 1 and "i" in x.tags[d]:
+                return None  # a per-iteration sum over the loop dim: the `sum` accumulator does it
             tags = tuple(frozenset() if k == d else t for k, t in enumerate(x.tags))
             classes = tuple(None if k == d else c for k, c in enumerate(x.classes))
             return tags, x.partial | x.tags[d], classes
         if kind == "reduction_to_dimx":
             x = xs[0]
             c = x.classes[-1]
-            if not self.reducible(c):
+            if not self.reducible(c) or not self.summable(x, len(x.shape) - 1):
                 return None
             n = x.shape[-1] // self.dimx
             nc = c[1] if isinstance(c, tuple) and c[0] == "cat" and c[2] == n else ("dimx", c, n)
@@ -653,6 +673,8 @@ class _BlockCtx:
             if any("i" in t for t in x.tags[:-1]):
                 return None
             if not self.reducible(x.classes[-1]):
+                return None
+            if k != "sum_todimx" and not self.summable(x, len(x.shape) - 1):
                 return None
             last = x.tags[-1]
             if k in ("rms", "mean") and (x.partial - {"i"} or last - {"i"}):
