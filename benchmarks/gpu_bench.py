@@ -3,6 +3,14 @@
 
     PYTHONPATH=python:examples python benchmarks/gpu_bench.py BUNDLE_DIR
         [--only name,...] [--variant fused] [--out benchmarks/results/gpu_bench.md]
+    PYTHONPATH=python:examples python benchmarks/gpu_bench.py BUNDLE_DIR --table
+        [--bs 1] [--variants fused,fused-nolayout,...] [--out benchmarks/results/gpu_ablation.md]
+
+`--table` (the Figure-12 ablation of build_bundles.py --ablation, or its --sweep): every
+variant found for each benchmark and batch size, each checked first (poisoned output,
+launched twice: counters reset) and timed replayed from CUDA graphs, one column per
+variant with the slowdown against `fused` (all optimizations on), next to
+torch.compile + CUDA graphs.
 
 For each benchmark and bs 1 and 8 (bundles <benchmark>_<variant>_bs<bs>/ from
 build_bundles.py): our kernels (plain launches and replayed in a CUDA graph), torch
@@ -91,6 +99,103 @@ def graphed(fn_i, n_sets):
     return lambda i: graphs[i].replay()
 
 
+def versions_line() -> str:
+    import torch
+
+    v = f"torch {torch.__version__}, CUDA {torch.version.cuda}, Python {platform.python_version()}"
+    try:
+        import triton
+        v += f", triton {triton.__version__}"
+    except ImportError:
+        pass
+    return v
+
+
+def table(a) -> int:
+    """One row per (benchmark, bs), one column per variant: graph-replay µs."""
+    import torch
+
+    import mirage.runtime as rt
+    from benchmarks import BENCHMARKS
+
+    defs = torch_defs()
+    rng = np.random.default_rng()
+    props = torch.cuda.get_device_properties(0)
+    l2 = getattr(props, "L2_cache_size", 50 << 20)
+    want_bs = {int(x) for x in a.bs.split(",") if x}
+    want_v = [v for v in a.variants.split(",") if v]
+    groups: dict = {}
+    for name, variant, bs, path in find_bundles(a.bundle_dir, tuple(x for x in a.only.split(",") if x)):
+        if (want_bs and bs not in want_bs) or (want_v and variant not in want_v):
+            continue
+        groups.setdefault((name, bs), {})[variant] = path
+    allv = sorted({v for g in groups.values() for v in g}, key=lambda v: (v != "fused", v))
+    rows, bad = [], 0
+    for (name, bs), paths in sorted(groups.items()):
+        bench, fn = BENCHMARKS[name], defs[name]
+        in_bytes = sum(int(np.prod(s)) * 2 for s in bench.input_shapes(bs))
+        n_sets = max(1, min(16, int(np.ceil(a.l2_multiple * l2 / in_bytes))))
+        sets = [make_inputs(bench, bs, rng) for _ in range(n_sets)]
+        ref0 = fn(*[x.float() for x in sets[0]])
+        outs = [torch.empty(ref0.shape, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
+        r = {}
+        for variant in allv:
+            if variant not in paths:
+                continue
+            try:
+                k = rt.load(paths[variant])
+                xs = make_inputs(bench, bs, rng)
+                o = torch.full(ref0.shape, float("nan"), dtype=torch.float16, device="cuda")
+                k(*xs, out=[o])
+                k(*xs, out=[o])
+                torch.cuda.synchronize()
+                err = rel_err(o, fn(*[x.float() for x in xs]))
+                t = bench_fn(graphed(lambda i: k(*sets[i], out=[outs[i]]), n_sets), n_sets)
+                outs[0].fill_(float("nan"))
+                k(*sets[0], out=[outs[0]])
+                torch.cuda.synchronize()
+                err = max(err, rel_err(outs[0], ref0)) if err == err else err
+            except Exception as ex:  # report, go on
+                print(f"{name} bs={bs} {variant}: ERROR {type(ex).__name__}: {ex}", flush=True)
+                t, err = float("nan"), float("nan")
+            ok = err == err and err <= a.tol
+            bad += not ok
+            r[variant] = (t, err, ok)
+            print(f"{name:18s} bs={bs} {variant:24s} {t:7.1f} µs  err {err:.1e} {'ok' if ok else 'WRONG'}", flush=True)
+        cg = None
+        if not a.no_compile:
+            cfn = torch.compile(fn, dynamic=False)
+            cg = bench_fn(graphed(lambda i: cfn(*sets[i]), n_sets), n_sets)
+        rows.append((name, bs, r, cg))
+    lines = [f"# {a.title}", "",
+             f"- device: {props.name}",
+             f"- date: {datetime.datetime.now().isoformat(timespec='minutes')}",
+             f"- versions: {versions_line()}",
+             "- µs: medians of triton.testing.do_bench, replayed CUDA graphs (one per input set, sets "
+             f"spanning {a.l2_multiple:g}× L2); (×) = time / time of `fused` (all on); every bundle checked "
+             f"first (NaN-poisoned output, launched twice, tolerance {a.tol:g}): ✗ marks a wrong result", "",
+             "| benchmark | bs | " + " | ".join(allv) + " | compile+graph |",
+             "|---|---|" + "---|" * (len(allv) + 1)]
+    for name, bs, r, cg in rows:
+        base = r.get("fused", (float("nan"),))[0]
+        cells = []
+        for v in allv:
+            if v not in r:
+                cells.append("-")
+                continue
+            t, err, ok = r[v]
+            cells.append(f"{t:.1f}" + ("" if v == "fused" else f" ({t / base:.2f}×)") + ("" if ok else " ✗"))
+        lines.append(f"| {name} | {bs} | " + " | ".join(cells) + (f" | {cg:.1f} |" if cg else " | - |"))
+    text = "\n".join(lines) + "\n"
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as f:
+        f.write(text)
+    print()
+    print(text)
+    print(f"{bad} wrong")
+    return 1 if bad else (0 if rows else 2)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("bundle_dir")
@@ -99,8 +204,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "results", "gpu_bench.md"))
     ap.add_argument("--l2-multiple", type=float, default=4.0, help="input sets span this many L2 sizes")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile variants")
+    ap.add_argument("--table", action="store_true", help="one column per variant (ablation / sweep)")
+    ap.add_argument("--bs", default="", help="--table: batch sizes (default all)")
+    ap.add_argument("--variants", default="", help="--table: variants (default all)")
+    ap.add_argument("--tol", type=float, default=5e-3)
+    ap.add_argument("--title", default="Ablation on the GPU: time with each optimization off")
     a = ap.parse_args(argv)
     import torch
+
+    if a.table:
+        return table(a)
 
     import mirage.runtime as rt
     from benchmarks import BENCHMARKS
@@ -146,12 +259,7 @@ def main(argv=None) -> int:
         print(f"{name:18s} bs={bs} ours {r['ours']:.1f}/{r['ours_graph']:.1f} µs  eager {r['eager']:.1f}  "
               f"compile {r.get('compile', float('nan')):.1f}  graphs {r.get('compile_graph', float('nan')):.1f}  "
               f"speedup {r['speedup']:.2f}x  floor {floor_us:.1f} µs ({r['frac']:.2f})  err {err:.1e}", flush=True)
-    versions = f"torch {torch.__version__}, CUDA {torch.version.cuda}, Python {platform.python_version()}"
-    try:
-        import triton
-        versions += f", triton {triton.__version__}"
-    except ImportError:
-        pass
+    versions = versions_line()
     lines = [f"# GPU benchmark: mirage `{a.variant}` bundles vs PyTorch", "",
              f"- device: {props.name} (measured copy bandwidth {bw / 1e12:.2f} TB/s)",
              f"- date: {datetime.datetime.now().isoformat(timespec='minutes')}",

@@ -2,15 +2,17 @@
 """Check compiled bundles of the six benchmarks against PyTorch on the GPU.
 
     PYTHONPATH=python:examples python benchmarks/gpu_check.py BUNDLE_DIR [--tol 5e-3]
-        [--trials 3] [--only name,...]
+        [--tol-bf16 2e-2] [--trials 3] [--only name,...] [--variants fused,bf16,...]
 
 BUNDLE_DIR holds <benchmark>_<variant>_bs<bs>/ bundles (benchmarks/build_bundles.py).
-For each: fresh random fp16 inputs (scales from BENCHMARKS[...].scales) per trial, the
-output poisoned with NaN before the run, compared with a float32 PyTorch computation of
-the same function on the same (fp16-rounded) inputs by ||out - ref|| / ||ref||.
-Tolerance 5e-3: fp16 output rounding alone gives ~3e-4, and the μGraphs keep fp16
-intermediates (METHOD.md: 16-bit operands land between 1e-3 and 1e-2); NaN never
-passes. Prints a table; exits 1 if any bundle fails. Imports only mirage.runtime,
+For each: fresh random inputs (scales from BENCHMARKS[...].scales; the dtype the
+bundle's manifest says: fp16, or bf16 for the `bf16` variants) per trial, the output
+poisoned with NaN before the run, trial t launching the kernels t+1 times (split
+for-loops reset their arrival counters), compared with a float32 PyTorch computation of
+the same function on the same (rounded) inputs by ||out - ref|| / ||ref||.
+Tolerance 5e-3 for fp16: fp16 output rounding alone gives ~3e-4, and the μGraphs keep
+fp16 intermediates (METHOD.md: 16-bit operands land between 1e-3 and 1e-2); bf16 keeps
+3 fewer mantissa bits (8x the rounding error): 2e-2. NaN never passes. Prints a table; exits 1 if any bundle fails. Imports only mirage.runtime,
 the examples' numpy definitions, numpy and torch (no MLIR).
 """
 from __future__ import annotations
@@ -75,10 +77,13 @@ def find_bundles(root: str, only=()):
     return out
 
 
-def make_inputs(bench, bs, rng, device="cuda"):
+DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}
+
+
+def make_inputs(bench, bs, rng, device="cuda", dtype="f16"):
     import torch
 
-    return [torch.from_numpy(a).to(device=device, dtype=torch.float16)
+    return [torch.from_numpy(a).to(device=device, dtype=getattr(torch, DTYPES[dtype]))
             for a in bench.random_inputs(bs, rng)]
 
 
@@ -96,7 +101,9 @@ def main(argv=None) -> int:
     ap.add_argument("bundle_dir")
     ap.add_argument("--tol", type=float, default=5e-3)
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--tol-bf16", type=float, default=2e-2)
     ap.add_argument("--only", default="")
+    ap.add_argument("--variants", default="", help="check only these variants (default: all found)")
     ap.add_argument("--seed", type=int, default=None, help="default: fresh entropy each run")
     a = ap.parse_args(argv)
     import torch
@@ -114,16 +121,22 @@ def main(argv=None) -> int:
     if not found:
         print(f"gpu_check: no bundles under {a.bundle_dir}", file=sys.stderr)
         return 2
+    only_variants = {v for v in a.variants.split(",") if v}
+    found = [f for f in found if not only_variants or f[1] in only_variants]
     for name, variant, bs, path in found:
         bench = BENCHMARKS[name]
         worst, status = 0.0, "ok"
+        tol = a.tol
         try:
             k = rt.load(path)
-            for _ in range(a.trials):
-                xs = make_inputs(bench, bs, rng)
+            dt = k.manifest.inputs[0].dtype
+            tol = a.tol_bf16 if dt == "bf16" else a.tol
+            for trial in range(a.trials):
+                xs = make_inputs(bench, bs, rng, dtype=dt)
                 spec = k.manifest.outputs[0]
                 out = torch.full(spec.shape, float("nan"), dtype=xs[0].dtype, device="cuda")
-                k(*xs, out=[out])
+                for _ in range(1 + trial):
+                    k(*xs, out=[out])
                 torch.cuda.synchronize()
                 ref = defs[name](*[x.float() for x in xs])
                 e = rel_err(out, ref)
@@ -131,20 +144,20 @@ def main(argv=None) -> int:
                 if e != e:
                     status = "NaN (unwritten or overflow)"
                     break
-                if e > a.tol:
+                if e > tol:
                     status = "WRONG"
         except Exception as e:  # report and go on with the other bundles
             status, worst = f"ERROR {type(e).__name__}: {e}"[:120], float("nan")
         ok = status == "ok"
         failed += not ok
-        rows.append((name, variant, bs, worst, status))
+        rows.append((name, variant, bs, worst, status, tol))
         print(f"{name:18s} {variant:10s} bs={bs:<2d} rel_err={worst:.2e} {status}", flush=True)
     print()
-    print(f"| benchmark | variant | bs | rel. error (worst of {a.trials}) | result |")
-    print("|---|---|---|---|---|")
-    for name, variant, bs, e, st in rows:
-        print(f"| {name} | {variant} | {bs} | {e:.2e} | {st} |")
-    print(f"\n{len(rows) - failed}/{len(rows)} passed (tolerance {a.tol:g}); device "
+    print(f"| benchmark | variant | bs | rel. error (worst of {a.trials}) | tolerance | result |")
+    print("|---|---|---|---|---|---|")
+    for name, variant, bs, e, st, tol in rows:
+        print(f"| {name} | {variant} | {bs} | {e:.2e} | {tol:g} | {st} |")
+    print(f"\n{len(rows) - failed}/{len(rows)} passed (tolerance {a.tol:g}, bf16 {a.tol_bf16:g}); device "
           f"{torch.cuda.get_device_name()}")
     return 1 if failed else 0
 

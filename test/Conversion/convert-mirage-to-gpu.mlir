@@ -1,9 +1,15 @@
 // RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1})' | FileCheck %s
 // RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1},gpu-lower-to-nvvm-pipeline{cubin-format=isa cubin-chip=sm_90 cubin-features=+ptx80 kernel-bare-ptr-calling-convention=true})' | FileCheck %s --check-prefix=PTX
+// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1 layout=false schedule=false smem-plan=false},gpu-lower-to-nvvm-pipeline{cubin-format=isa cubin-chip=sm_90 cubin-features=+ptx80 kernel-bare-ptr-calling-convention=true})' | FileCheck %s --check-prefix=OFF
+// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1 layout=false})' | FileCheck %s --check-prefix=PAD
 
 // A block matmul in a for-loop with a `none` accumulator: the loop-varying inputs
 // are 16-byte cp.async copies into a ring (4 stages, capped by the 4 iterations), the
-// matmul runs on the tensor cores with its fragments carried through the loop.
+// matmul runs on the tensor cores with its fragments carried through the loop. With the
+// optimizer's schedule the ring waits for this iteration's group (wait 2), then one
+// barrier, then the copy of iteration i+3 is issued (without: issue, then wait 3). With
+// its layouts the ldmatrix operands are swizzled (XOR of the 16-byte chunk), rows unpadded;
+// without, rows are padded by 8 elements.
 // CHECK-LABEL: gpu.module @mlp_kernels
 // CHECK-SAME: mirage.launch
 // CHECK: gpu.func @mlp_k0(%{{.*}}: memref<2048xf16>, %{{.*}}: memref<16384xf16>, %{{.*}}: memref<512xf16>) kernel
@@ -12,18 +18,25 @@
 // CHECK: nvgpu.device_async_copy {{.*}}, 8 {bypassL1}
 // CHECK: nvvm.cp.async.commit.group
 // CHECK: scf.for {{.*}} iter_args
-// CHECK: nvvm.cp.async.wait.group 3
-// CHECK: nvgpu.ldmatrix {{.*}} {numTiles = 4 : i32, transpose = false}
-// CHECK: nvgpu.ldmatrix {{.*}} {numTiles = 2 : i32, transpose = true}
+// CHECK: nvvm.cp.async.wait.group 2
+// CHECK: arith.xori
+// CHECK: nvgpu.ldmatrix {{.*}} {numTiles = 4 : i32, transpose = false} : memref<16x64xf16
+// CHECK: nvgpu.ldmatrix {{.*}} {numTiles = 2 : i32, transpose = true} : memref<64x32xf16
+// PAD-LABEL: gpu.func @mlp_k0
+// PAD-NOT: arith.xori
+// PAD: nvgpu.ldmatrix {{.*}} {numTiles = 4 : i32, transpose = false} : memref<16x72xf16
+// PAD: nvgpu.ldmatrix {{.*}} {numTiles = 2 : i32, transpose = true} : memref<64x40xf16
 // CHECK: nvgpu.mma.sync
 // CHECK-SAME: mmaShape = [16, 8, 16]
 // CHECK: vector.store {{.*}}alignment = 16
 // PTX-LABEL: gpu.binary @mlp_kernels
 // PTX-SAME: .entry mlp_k0(
 // PTX-SAME: cp.async.cg.shared.global
-// PTX-SAME: cp.async.wait_group \093;
+// OFF-LABEL: gpu.binary @mlp_kernels
+// OFF-SAME: cp.async.wait_group \093;
 // PTX-SAME: ldmatrix.sync.aligned.m8n8.x4.shared.b16
 // PTX-SAME: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
+// PTX-SAME: cp.async.wait_group \092;
 // PTX-SAME: st.global.v4.b32
 module {
   func.func @mlp(%arg0: tensor<8x256xf16>, %arg1: tensor<256x64xf16>) -> tensor<8x64xf16> {
@@ -42,16 +55,21 @@ module {
 
 // -----
 
-// One element-wise op, no loop: barriers after the prologue, after the loads, after
-// the op, at the end of the iteration, after the loop. In the PTX LLVM merges the two
-// back-to-back ones: 4 bar.sync.
+// One element-wise op, no loop. With the optimizer's schedule: a barrier after the loads
+// (copied by all threads; each thread then computes exp of its own elements) and one
+// before the output saver: 2 (the SchedulePlan's count). Without (OFF): barriers after the
+// prologue, after the loads, after the op, at the end of the iteration, after the loop;
+// in the PTX LLVM merges the two back-to-back ones: 4 bar.sync.
 // CHECK-LABEL: gpu.func @expk_k0
-// CHECK-COUNT-5: gpu.barrier
+// CHECK-COUNT-2: gpu.barrier
 // CHECK-NOT: gpu.barrier
 // CHECK: gpu.return
 // PTX-LABEL: gpu.binary @expk_kernels
-// PTX-COUNT-4: bar.sync
+// PTX-COUNT-2: bar.sync
 // PTX-NOT: bar.sync
+// OFF-LABEL: gpu.binary @expk_kernels
+// OFF-COUNT-4: bar.sync
+// OFF-NOT: bar.sync
 module {
   func.func @expk(%arg0: tensor<64x256xf16>) -> tensor<64x256xf16> {
     %0 = kn.graph_def (%arg0) grid [4, 1, 1] block [128, 1, 1] forloop 1 dimx 64 : (tensor<64x256xf16>) -> tensor<64x256xf16> {
@@ -71,6 +89,7 @@ module {
 // CHECK-LABEL: gpu.func @norm_k0
 // CHECK-COUNT-5: gpu.shuffle xor
 // PTX-LABEL: gpu.binary @norm_kernels
+// OFF-LABEL: gpu.binary @norm_kernels
 // PTX-COUNT-5: shfl.sync.bfly.b32
 module {
   func.func @norm(%arg0: tensor<8x1024xf16>) -> tensor<8x1024xf16> {

@@ -67,8 +67,7 @@ def test_block_matmul_runs_on_tensor_cores():
     assert "mma.sync" not in generic and "cp.async" not in generic and "fma.rn.f32" in generic
 
 
-def test_bf16_matmul_lowers_without_tensor_cores():
-    # upstream nvgpu.mma.sync cannot lower bf16 operands (MLIR 22): generic f32 FMA path
+def bf16_graph():
     g = mi.new_kernel_graph("bf16mm")
     X = g.new_input((16, 256), dtype=mi.bfloat16)
     W = g.new_input((256, 128), dtype=mi.bfloat16)
@@ -77,8 +76,18 @@ def test_bf16_matmul_lowers_without_tensor_cores():
     tW = tb.new_input(W, (1, -1, -1), 0)
     tb.new_output(tb.forloop_accum(tb.matmul(tX, tW)), (1, -1, -1))
     g.mark_output(g.customized([X, W], tb)[0])
-    _, ptx = to_ptx(g)
-    assert "mma.sync" not in ptx and "fma.rn.f32" in ptx and "cp.async" in ptx
+    return g
+
+
+def test_bf16_matmul_runs_on_tensor_cores():
+    # upstream nvgpu.mma.sync cannot lower bf16 operands (MLIR 22): inline-PTX mma.sync
+    # on the nvgpu.ldmatrix fragments
+    low, ptx = to_ptx(bf16_graph())
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx and "cp.async" in ptx
+    assert low.kernels[0]["notes"]["mma"] == 1
+    _, generic = to_ptx(bf16_graph(), options=Options(tensor_cores=False))
+    assert "mma.sync" not in generic and "fma.rn.f32" in generic
 
 
 def test_pipelined_iterator_uses_cp_async_ring():
@@ -86,7 +95,11 @@ def test_pipelined_iterator_uses_cp_async_ring():
     low, ptx = to_ptx(g, options=Options(stages=4, split=1))
     assert low.kernels[0]["notes"]["stages"] == 4
     assert "cp.async.cg.shared.global" in ptx and ", 16;" in ptx  # 16-byte copies, L1 bypassed
-    assert "cp.async.wait_group \t3;" in ptx  # 3 iterations in flight while one is computed
+    # the schedule's ring: wait for this iteration's group (2 younger ones may stay in
+    # flight), one barrier, then issue iteration i + 3: 3 in flight while one is computed
+    assert "cp.async.wait_group \t2;" in ptx
+    _, ptx0 = to_ptx(g, options=Options(stages=4, split=1, schedule=False))
+    assert "cp.async.wait_group \t3;" in ptx0  # the older order: issue, then wait
     _, ptx1 = to_ptx(g, options=Options(stages=1, split=1))
     assert "cp.async.wait_group \t0;" in ptx1 and "cp.async.wait_group \t3;" not in ptx1
 
@@ -102,17 +115,25 @@ def _exp_graph(forloop: int):
 
 
 def test_barrier_count():
-    # IR: one after the (empty) prologue, after the iteration's loads, after the op, at
-    # the end of the iteration, after the loop = 5. The PTX has 4: LLVM merges the
-    # back-to-back barriers where the single iteration ends and the epilogue starts.
+    # the optimizer's schedule (default): one barrier after the iteration's loads (copied
+    # by all threads), one before the output saver (the exp's tile, read by other threads
+    # than wrote it) = 2, what the SchedulePlan counts
     low, ptx = to_ptx(_exp_graph(1))
-    assert low.module.count("gpu.barrier") == 5
-    assert ptx.count("bar.sync") == 4
-    # saved every iteration (the output maps the loop dim): one more, before the save;
-    # LLVM unrolls the 4 iterations: 1 + 4 x 3 + 1 barriers remain
+    assert low.kernels[0]["notes"]["barriers_plan"] == 2
+    assert low.module.count("gpu.barrier") == 2 and ptx.count("bar.sync") == 2
+    # schedule off (a barrier after every op): after the (empty) prologue, after the loads,
+    # after the op, at the end of the iteration, after the loop = 5; LLVM merges the two
+    # back-to-back ones: 4 bar.sync
+    low, ptx = to_ptx(_exp_graph(1), options=Options(schedule=False))
+    assert low.module.count("gpu.barrier") == 5 and ptx.count("bar.sync") == 4
+    # saved every iteration (the output maps the loop dim), 4-stage ring: per iteration one
+    # barrier after the ring's wait (which also frees the slot of the previous iteration)
+    # and one before the save; LLVM unrolls the 4 iterations: 8
     low, ptx = to_ptx(_exp_graph(4))
-    assert low.module.count("gpu.barrier") == 6
-    assert ptx.count("bar.sync") == 1 + 4 * 3 + 1
+    assert low.module.count("gpu.barrier") == 2 and ptx.count("bar.sync") == 4 * 2
+    # schedule off: 1 + 4 x 3 + 1
+    low, ptx = to_ptx(_exp_graph(4), options=Options(schedule=False))
+    assert low.module.count("gpu.barrier") == 6 and ptx.count("bar.sync") == 1 + 4 * 3 + 1
 
 
 def test_reductions_use_warp_shuffles():
@@ -231,3 +252,41 @@ def test_convert_pass_on_mlir_module():
     assert "gpu.func @gated_mlp_k0" in out and "nvgpu.mma.sync" in out and "kn." not in out
     plan = json.loads(re.search(r'mirage.launch = "(.*?)"\}?', out).group(1).replace("\\22", '"'))
     assert plan["kernels"][0]["grid"] == [128, 1, 1]
+
+
+def test_tile_offsets_are_the_optimizers_layout_offsets():
+    # the lowering's address arithmetic (constant-folded on int coordinates) is
+    # TileLayout.offset: copies, ldmatrix and element loops agree with the plan
+    import itertools
+
+    from mirage.lower.block import Tile
+    from mirage.lower.emitter import Emitter
+    from mirage.optimize import TileLayout
+
+    for shape, elt, item, inner, sw in [((16, 64), "f16", 2, 1, 128), ((64, 32), "f16", 2, 1, 64),
+                                        ((8, 16), "f16", 2, 1, 32), ((4, 8, 64), "f16", 2, 2, 128),
+                                        ((4, 8, 64), "f16", 2, 1, 0), ((2, 16, 64), "f32", 4, 1, 64),
+                                        ((32, 64), "bf16", 2, 0, 128)]:
+        lay = TileLayout("t", shape, elt, inner, sw)
+        tile = Tile(shape, elt, item, inner=inner, swizzle=sw)
+        e = Emitter()
+        for idx in itertools.product(*(range(n) for n in shape)):
+            assert tile.offset_of(e, list(idx)) == lay.offset(idx), (shape, inner, sw, idx)
+        assert not e.body  # all folded
+
+
+def test_optimizer_plan_is_consumed():
+    g = BENCHMARKS["gated_mlp"].fused(1)
+    on = convert_to_gpu(g).kernels[0]
+    off = convert_to_gpu(g, Options(layout=False, schedule=False, smem_plan=False)).kernels[0]
+    # smem plan: dead tiles' space reused; layout: swizzled operands instead of padded rows
+    assert on["smem_bytes"] < off["smem_bytes"]
+    assert on["notes"]["swizzled"] >= 3 and off["notes"]["swizzled"] == 0
+    nt = BENCHMARKS["ntrans"].fused(1)
+    a = convert_to_gpu(nt).kernels[0]["smem_bytes"]
+    b = convert_to_gpu(nt, Options(smem_plan=False)).kernels[0]["smem_bytes"]
+    assert a < b
+    # schedule: fewer barriers than one after every op
+    lo_on = convert_to_gpu(g).module.count("gpu.barrier")
+    lo_off = convert_to_gpu(g, Options(schedule=False)).module.count("gpu.barrier")
+    assert lo_on < lo_off

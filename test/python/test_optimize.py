@@ -190,3 +190,20 @@ def test_ablation_switches():
     assert off.smem.total_bytes == on.smem.no_reuse_bytes >= on.smem.total_bytes
     assert off.schedule.barriers >= on.schedule.barriers
     assert off.layouts.cost > on.layouts.cost
+
+
+def test_smem_plan_with_the_lowerings_sizes_and_extra_buffers():
+    # the lowering's view: its own bytes per tile (padding, deeper rings) and its own
+    # buffers (f32 scratch) on the same live ranges; no overlap of live buffers
+    tb = BENCHMARKS["gated_mlp"].fused(1).ops[0].body
+    base = plan_smem(tb, schedule(tb))
+    sizes = {n: b.size * 2 for n, b in base.buffers.items() if n.startswith("in")}
+    p = plan_smem(tb, schedule(tb), sizes=sizes, extra={"scratch": (4096, 0, 3)}, timeout_ms=0)
+    assert p.buffers["scratch"].size == 4096 and p.total_bytes > base.total_bytes
+    for n, s in sizes.items():
+        assert p.buffers[n].size == s
+    bufs = list(p.buffers.values())
+    for i, a in enumerate(bufs):
+        for b in bufs[i + 1:]:
+            if a.start <= b.end and b.start <= a.end:
+                assert a.offset + a.size <= b.offset or b.offset + b.size <= a.offset, (a, b)

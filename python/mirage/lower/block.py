@@ -31,6 +31,10 @@ from math import prod
 from ..core import ops as O
 from ..core.graph import GraphError, Op, STensor, TBGraph
 from . import scalar
+from ..optimize.layout import select_layouts
+from ..optimize.plan import tile_names
+from ..optimize.schedule import _Deps, schedule as schedule_ops
+from ..optimize.smem import live_ranges, plan_smem
 from .emitter import SMEM, Emitter, Idx
 
 
@@ -50,6 +54,8 @@ class Tile:
     rows_alloc: int = 0
     stages: int = 1
     offset: int = 0  # bytes in dynamic shared memory
+    inner: int = -1  # the dim stored contiguously (-1: the last); the layout plan's
+    swizzle: int = 0  # XOR swizzle in bytes (TileLayout.offset); 0 = none
 
     def __post_init__(self):
         if not self.ld:
@@ -85,11 +91,59 @@ class Tile:
     def mtype2d(self) -> str:
         return f"memref<{self.rows_alloc}x{self.ld}x{self.elt}, {SMEM}>"
 
+    @property
+    def inner_last(self) -> bool:
+        return not self.shape or self.inner in (-1, len(self.shape) - 1)
+
+    def layout_strides(self) -> list:
+        """Element strides of a tile whose innermost dim is `inner` (the optimizer's
+        `TileLayout.strides`): the other dims row-major around it."""
+        r = len(self.shape)
+        inner = self.inner % r
+        order = [d for d in range(r) if d != inner] + [inner]
+        st, acc = [0] * r, 1
+        for d in reversed(order):
+            st[d] = acc
+            acc *= self.shape[d]
+        return st
+
+    def swz(self, e: Emitter, row: Idx, col: Idx, n: int) -> Idx:
+        """`TileLayout.offset` of (row, col) for rows of n elements under the swizzle:
+        the 16-byte chunk c of row r is stored at chunk c ^ ((r // per_phase) % (S // 16))."""
+        vec = 16 // self.itemsize
+        per_phase = max(1, 128 // (n * self.itemsize))
+        phase = e.rem(e.div(row, per_phase), self.swizzle // 16)
+        return e.add(e.mul(row, n), e.add(e.mul(e.xor(e.div(col, vec), phase), vec), e.rem(col, vec)))
+
+    def chunk_col(self, e: Emitter, row: Idx, col: Idx) -> Idx:
+        """Physical column of the 16-byte chunk starting at logical (row, col) (col a
+        multiple of the chunk), for 2-d views [rows_alloc x ld] (ldmatrix addresses)."""
+        if not self.swizzle:
+            return col
+        vec = 16 // self.itemsize
+        per_phase = max(1, 128 // (self.cols * self.itemsize))
+        phase = e.rem(e.div(row, per_phase), self.swizzle // 16)
+        return e.mul(e.xor(e.div(col, vec), phase), vec)
+
+    def offset_rc(self, e: Emitter, row: Idx, col: Idx) -> Idx:
+        """Offset of element `col` of flattened row `row` (rows over all dims but the last)."""
+        if self.inner_last:
+            if self.swizzle:
+                return self.swz(e, row, col, self.cols)
+            return e.add(e.mul(row, self.ld), col)
+        return self.offset_of(e, e.delinearize(row, self.shape[:-1]) + [col])
+
     def offset_of(self, e: Emitter, coords) -> Idx:
         if not self.shape:
             return 0
-        row = e.dot(coords[:-1], _row_major(self.shape[:-1]))
-        return e.add(e.mul(row, self.ld), coords[-1])
+        if self.inner_last:
+            row = e.dot(coords[:-1], _row_major(self.shape[:-1]))
+            return self.offset_rc(e, row, coords[-1])
+        lin = e.dot(coords, self.layout_strides())
+        if not self.swizzle:
+            return lin
+        n = self.shape[self.inner % len(self.shape)]
+        return self.swz(e, e.div(lin, n), e.rem(lin, n), n)
 
 
 def _row_major(shape):
@@ -134,6 +188,15 @@ class Options:
     # the weights of a GEMV) are copied with an L2 evict_first policy, so that streaming
     # them does not push other data out of L2 (nor force write-backs of dirty lines)
     evict_first: bool = True
+    # the μGraph optimizer's plan (paper §6), each switchable for the Figure-12 ablation:
+    # layout: tiles take the ILP's innermost dim and swizzle (swizzled ldmatrix operands
+    # instead of padded rows); schedule: ops run in the plan's depth order with a barrier
+    # only where a tile written by other threads is read (or dead memory is reused), and
+    # one barrier per iteration of the cp.async ring; smem_plan: shared-memory offsets
+    # reuse the space of dead tiles (live ranges of the schedule)
+    layout: bool = True
+    schedule: bool = True
+    smem_plan: bool = True
 
 
 def split_ok(tb: TBGraph) -> bool:
@@ -220,9 +283,9 @@ class BlockLowering:
         if not self.opts.tensor_cores or self.nthreads % 32:
             return False
         a, b = op.inputs
-        # bf16: upstream nvgpu.mma.sync cannot deduce bf16 PTX operand types (MLIR 22),
-        # so bf16 block matmuls take the generic path for now
-        if a.dtype.mlir != "f16" or b.dtype != a.dtype:
+        # bf16: upstream nvgpu.mma.sync cannot deduce bf16 PTX operand types (MLIR 22);
+        # bf16 tiles use nvgpu.ldmatrix and an inline-PTX mma.sync (`mma_bf16`)
+        if a.dtype.mlir not in ("f16", "bf16") or b.dtype != a.dtype:
             return False
         if prod(a.shape[:-2]) != 1 or prod(b.shape[:-2]) != 1:
             return False
@@ -245,10 +308,35 @@ class BlockLowering:
                     self.reg_acc[id(c[0])] = op
         reg_mm_out = {id(m.outputs[0]) for m in self.reg_acc.values()}
 
+        # the optimizer's layouts (row-major, unswizzled when off) and schedule
+        self.names = tile_names(tb)
+        gi = {}
+        for k, g in enumerate(self.ins):
+            if 1 in g.strides:
+                gi[k] = len(g.strides) - 1 - list(reversed(g.strides)).index(1)
+        self.layout_plan = select_layouts(tb, enabled=self.opts.layout, global_inner=gi or None)
+        lays = self.layout_plan.tiles
+        self.sched_plan = schedule_ops(tb, enabled=True, layouts=lays)
+        self.deps = _Deps(tb, lays)
+        self.region = self.deps.region
+        self.notes["barriers_plan"] = self.sched_plan.barriers
+        self.notes["swizzled"] = 0
+
         def mk(t: STensor) -> Tile:
             tl = Tile(tuple(t.shape), t.dtype.mlir, t.dtype.itemsize)
-            if id(t) in a_ops or id(t) in b_ops:
-                tl.ld = tl.cols + 8
+            lay = lays[self.names[id(t)]]
+            mma_operand = id(t) in a_ops or id(t) in b_ops
+            if mma_operand:
+                # ldmatrix reads rows of the last dim: swizzled rows when the plan says so,
+                # else padded rows (ld = cols + 8), both conflict-free
+                if lay.swizzle and lay.inner_dim == len(t.shape) - 1:
+                    tl.swizzle = lay.swizzle
+                else:
+                    tl.ld = tl.cols + 8
+            elif t.shape:
+                tl.inner, tl.swizzle = lay.inner_dim, lay.swizzle
+            if tl.swizzle:
+                self.notes["swizzled"] += 1
             if id(t) in a_ops:
                 tl.rows_alloc = -(-tl.rows // 16) * 16
             return tl
@@ -268,39 +356,85 @@ class BlockLowering:
         # which inputs are copied asynchronously, and how deep the ring is
         self.async_in = {}
         for k, rec in enumerate(tb.inputs):
-            self.async_in[k] = self._vec_copy(rec, self.ins[k])
+            self.async_in[k] = self._vec_copy(rec, self.ins[k]) if self.tiles[id(rec.stensor)].inner_last else 0
         varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1 and self.async_in[k]]
-        base = sum(t.bytes for t in self.tiles.values()) + sum(t.bytes for t in self.scratch.values())
-        stage_extra = sum(self.tiles[id(tb.inputs[k].stensor)].stage_bytes for k in varying)
-        S = 1
+        self.flag = Tile((1,), "f32", 4) if self.fold else None
         cap = self.opts.smem_capacity
         R = self.R // (self.split if self.mode == "partial" else 1)
         if self.mode == "partial":  # leave room for the co-resident blocks of the split
             per_sm = -(-prod(tb.grid_dim) * self.split // self.opts.sms)
             cap = min(cap, (228 * 1024) // per_sm - 1024)
+        S = 1
         if varying and R > 1 and self.opts.stages > 1:
             S = min(self.opts.stages, R)
-            while S > 2 and base + (S - 1) * stage_extra > cap:
+            while S > 2 and self._place(varying, S) > cap:
                 S -= 1
-            if base + (S - 1) * stage_extra > self.opts.smem_capacity:
+            if self._place(varying, S) > self.opts.smem_capacity:
                 S = 1
         self.S = S
-        for k in varying:
-            self.tiles[id(tb.inputs[k].stensor)].stages = S
         self.varying_async = varying
         self.notes["stages"] = S
         self.notes["cp_async_inputs"] = sum(1 for v in self.async_in.values() if v)
-        # offsets
-        off = 0
-        self.flag = Tile((1,), "f32", 4) if self.fold else None
-        for t in list(self.tiles.values()) + list(self.scratch.values()) + ([self.flag] if self.flag else []):
-            t.offset = off
-            off += t.bytes
+        off = self._place(varying, S, final=True)
         self.smem = off
         if off > self.opts.smem_capacity:
             raise LoweringError(f"[smem] kernel {self.name}: the block graph's tiles need {off} bytes of "
-                                f"shared memory with this lowering (padding, f32 accumulators, {S} stages), "
-                                f"more than the capacity {self.opts.smem_capacity}")
+                                f"shared memory with this lowering (padding, f32 accumulators, {S} stages"
+                                f"{', reuse of dead tiles' if self.opts.smem_plan else ''}), more than the "
+                                f"capacity {self.opts.smem_capacity}")
+
+    def exec_order(self) -> list[int]:
+        """Indices of tb.ops in the order this kernel runs them: the schedule's depth
+        order, or (schedule off) the loop ops, then the accumulators, then the post ops."""
+        if self.opts.schedule:
+            return list(self.sched_plan.order)
+        ops = self.tb.ops
+        loop = [j for j in range(len(ops)) if self.region[j] == "loop"]
+        return ([j for j in loop if ops[j].kind != "forloop_accum"] + [j for j in loop if ops[j].kind == "forloop_accum"]
+                + [j for j in range(len(ops)) if self.region[j] == "post"])
+
+    def _place(self, varying, S: int, final: bool = False) -> int:
+        """Offsets of every shared-memory buffer (ring of S stages for the inputs in
+        `varying`); returns the bytes. With smem_plan: the optimizer's live ranges on this
+        kernel's order, dead tiles' space reused; off: one range after another."""
+        tb = self.tb
+        for k in varying:
+            self.tiles[id(tb.inputs[k].stensor)].stages = S
+        bufs = [(self.names[t], tile) for t, tile in self.tiles.items()]
+        scratch = [(f"scratch{tb.ops.index(next(o for o in tb.ops if id(o) == oid))}", tile)
+                   for oid, tile in self.scratch.items()]
+        if not self.opts.smem_plan:
+            off = 0
+            for _, t in bufs + scratch + ([("flag", self.flag)] if self.flag else []):
+                if final:
+                    t.offset = off
+                off += t.bytes
+            return off
+        order = self.exec_order()
+        step = {j: p + 1 for p, j in enumerate(order)}
+        last_step = len(order) + 1
+        pos = {id(o): j for j, o in enumerate(tb.ops)}
+        sizes = {n: t.bytes for n, t in bufs}
+        ranges = live_ranges(tb, order, True, [n for n in self.names.values() if n not in sizes])
+        extra = {}
+        for oid, tile in self.scratch.items():
+            j = pos[oid]
+            out = self.names[id(tb.ops[j].outputs[0])]
+            if tb.ops[j].kind == "forloop_accum":  # the f32 accumulator: as long as its result
+                lo, hi = 0, max(ranges[out].end if out in ranges else last_step, step[j])
+            else:  # rms_norm's row statistics: during the op
+                lo = hi = step[j]
+            extra[f"scratch{j}"] = (tile.bytes, lo, hi)
+        if self.flag:
+            extra["flag"] = (self.flag.bytes, 0, last_step)
+        plan = plan_smem(tb, order, enabled=True, capacity=1 << 30, double_buffer=True,
+                         registers=[n for n in self.names.values() if n not in sizes],
+                         timeout_ms=300 if final else 0, sizes=sizes, extra=extra)
+        if final:
+            for n, t in bufs + scratch + ([("flag", self.flag)] if self.flag else []):
+                t.offset = plan.buffers[n].offset
+            self.notes["smem_no_reuse"] = plan.no_reuse_bytes
+        return plan.total_bytes
 
     def _vec_copy(self, rec, g: GlobalArg) -> int:
         """Elements per 16-byte chunk if the input tile can be copied with cp.async, else 0."""
@@ -410,7 +544,7 @@ class BlockLowering:
                 col = e.mul(e.rem(c, cpr), vec)
                 rc = e.delinearize(row, shape[:-1])
                 goff = e.add(base, e.add(e.dot(rc, g.strides[:-1]), col))
-                soff = e.add(e.mul(row, tile.ld), col)
+                soff = tile.offset_rc(e, row, col)
                 if self._streamed(k) and vec * g.itemsize == 16:
                     ga = e.op(f"arith.index_cast {e.idx(e.add(self._gptr(k), e.mul(goff, g.itemsize)))} : index to i64", "ga")
                     sp = e.op(f"memref.extract_aligned_pointer_as_index {view} : {tile.mtype} -> index", "sp")
@@ -455,14 +589,14 @@ class BlockLowering:
         base = e.add(blk, e.mul(it, itc)) if itc else blk
         shape = t.shape
         vec = 16 // g.itemsize
-        if shape and shape[-1] % vec == 0 and tile.ld % vec == 0:
+        if shape and shape[-1] % vec == 0 and tile.ld % vec == 0 and tile.inner_last:
             cpr = shape[-1] // vec
             with e.for_(self.tid, tile.rows * cpr, self.nthreads) as c:
                 row = e.div(c, cpr)
                 col = e.mul(e.rem(c, cpr), vec)
                 rc = e.delinearize(row, shape[:-1])
                 goff = e.add(base, e.add(e.dot(rc, g.strides[:-1]), col))
-                soff = e.add(e.mul(row, tile.ld), col)
+                soff = tile.offset_rc(e, row, col)
                 vt = f"vector<{vec}x{g.elt}>"
                 v = e.op(f"vector.load {self.view(t)}[{e.idx(soff)}] {{alignment = 16}} : {tile.mtype}, {vt}", "vv")
                 e.line(f"vector.store {v}, {g.name}[{e.idx(goff)}] {{alignment = 16}} : {g.mtype}, {vt}")
@@ -570,7 +704,7 @@ class BlockLowering:
         if d == len(a.shape) - 1:
             otile = self.tiles[id(out)]
             self.rowwise(a, combine, False, lambda r, v: e.store(
-                v, self.view(out), otile.mtype, e.mul(r, otile.ld), otile.elt))
+                v, self.view(out), otile.mtype, otile.offset_of(e, self.row_coords(r, a.shape) + [0]), otile.elt))
             return
         init = e.f32(0.0 if combine == "addf" else float("-inf"))
 
@@ -675,10 +809,14 @@ class BlockLowering:
             brow = e.add(k0, arow)
             outs = []
             for (t, mt, nt), c in zip(tiles, cs):
-                fa = e.op(f"nvgpu.ldmatrix {va}[{e.idx(e.add(e.mul(mt, 16), arow))}, {e.idx(acol)}] "
+                ar = e.add(e.mul(mt, 16), arow)
+                fa = e.op(f"nvgpu.ldmatrix {va}[{e.idx(ar)}, {e.idx(ta.chunk_col(e, ar, acol))}] "
                           f"{{numTiles = 4 : i32, transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa")
-                fb = e.op(f"nvgpu.ldmatrix {vb}[{e.idx(brow)}, {e.idx(e.mul(nt, 8))}] "
+                fb = e.op(f"nvgpu.ldmatrix {vb}[{e.idx(brow)}, {e.idx(tb_.chunk_col(e, brow, e.mul(nt, 8)))}] "
                           f"{{numTiles = 2 : i32, transpose = true}} : {tb_.mtype2d} -> vector<2x2x{elt}>", "fb")
+                if elt == "bf16":
+                    outs.append(self.mma_bf16(fa, fb, c))
+                    continue
                 outs.append(e.op(f"nvgpu.mma.sync({fa}, {fb}, {c}) {{mmaShape = [16, 8, 16]}} : "
                                  f"(vector<4x2x{elt}>, vector<2x2x{elt}>, vector<2x2xf32>) -> vector<2x2xf32>", "acc"))
             return outs
@@ -697,6 +835,29 @@ class BlockLowering:
         ks, args, res, close = e.for_iter(0, nk, 1, [(f, "vector<2x2xf32>") for f in init])
         close(step(e.mul(ks, 16), args))
         return res
+
+    def mma_bf16(self, fa: str, fb: str, c: str) -> str:
+        """D = A @ B + C, m16n8k16, bf16 operands, f32 accumulators, as inline PTX (the
+        fragments of nvgpu.ldmatrix: A 4 and B 2 registers of 2 x bf16, C 2x2 f32)."""
+        e = self.e
+
+        def regs(frag, n):
+            out = []
+            for i in range(n):
+                v = e.op(f"vector.extract {frag}[{i}] : vector<2xbf16> from vector<{n}x2xbf16>", "bv")
+                w = e.op(f"vector.bitcast {v} : vector<2xbf16> to vector<1xi32>", "bw")
+                out.append(e.op(f"vector.extract {w}[0] : i32 from vector<1xi32>", "br"))
+            return out
+
+        ra, rb = regs(fa, 4), regs(fb, 2)
+        rc = [e.op(f"vector.extract {c}[{h}, {q}] : f32 from vector<2x2xf32>", "f") for h in (0, 1) for q in (0, 1)]
+        st = "!llvm.struct<(f32, f32, f32, f32)>"
+        r = e.op('llvm.inline_asm has_side_effects "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 '
+                 '{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};", '
+                 '"=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f" '
+                 f'{", ".join(ra + rb + rc)} : ({", ".join(["i32"] * 6 + ["f32"] * 4)}) -> {st}', "mm")
+        d = [e.op(f"llvm.extractvalue {r}[{i}] : {st}", "f") for i in range(4)]
+        return e.op(f"vector.from_elements {', '.join(d)} : vector<2x2xf32>", "acc")
 
     def store_frags(self, op: Op, frags: list[str], out: STensor, scale=None) -> None:
         """Write this warp's C fragments (rows < M) to tile `out`."""
@@ -721,7 +882,7 @@ class BlockLowering:
                     if scale is not None:
                         v = scale(v)
                     col = e.add(e.add(e.mul(nt, 8), c0), q)
-                    e.store(v, self.view(out), tile.mtype, e.add(e.mul(row, tile.ld), col), tile.elt)
+                    e.store(v, self.view(out), tile.mtype, tile.offset_rc(e, row, col), tile.elt)
                 if ctx2:
                     ctx2.__exit__(None, None, None)
             if ctx:
@@ -863,6 +1024,9 @@ class BlockLowering:
             self.epilogue(post_ops)
             return self._finish()
 
+        if self.opts.schedule:
+            return self.lower_scheduled(accs, inv, split)
+
         # accumulator init, loop-invariant inputs
         for op in accs:
             if id(op) not in self.reg_acc:
@@ -963,12 +1127,187 @@ class BlockLowering:
 
     def epilogue(self, post_ops) -> None:
         e = self.e
+        if self.opts.schedule:  # preceded by a barrier: nothing pending
+            self._reset()
+            self.post_region([j for j in self.exec_order() if self.region[j] == "post"])
+            return
         for op in post_ops:
             self.emit_op(op)
             e.barrier()
         for k, rec in enumerate(self.tb.outputs):
             if rec.forloop_dim == -1:
                 self.save_output(k, 0)
+
+    # -- the optimizer's schedule: barriers only where needed --
+    def _reset(self) -> None:
+        self.dirty: set = set()   # buffers written since the last barrier (keys of _range)
+        self.readset: set = set()  # buffers read since the last barrier
+
+    def sync(self) -> None:
+        self.e.barrier()
+        self._reset()
+
+    def _range(self, key) -> tuple[int, int]:
+        t = self.tiles.get(key) or self.scratch.get(key)
+        return (t.offset, t.offset + t.bytes) if t is not None else (0, 0)
+
+    def _overlaps(self, key, others) -> bool:
+        lo, hi = self._range(key)
+        for o in others:
+            if o != key:
+                a, b = self._range(o)
+                if a < hi and lo < b:
+                    return True
+        return False
+
+    def hazard(self, j: int | None, reads, writes) -> None:
+        """Barrier before an op (index j of tb.ops; None: not a graph op) that reads the
+        tiles `reads` and writes the buffers `writes`, if one of its reads was written by
+        other threads since the last barrier (the optimizer's rule, `_Deps.needs_sync`),
+        or a buffer it writes shares memory with one read or written since (a dead tile
+        whose space the shared-memory plan reuses)."""
+        need = any(id(t) in self.dirty and (j is None or self.deps.needs_sync(t, j)) for t in reads)
+        need = need or any(self._overlaps(w, self.readset | self.dirty) for w in writes)
+        if need:
+            self.sync()
+
+    def run_op(self, j: int) -> None:
+        """Emit op j of the block graph with the barrier it needs before it."""
+        op = self.tb.ops[j]
+        if op.kind == "forloop_accum":
+            if id(op) in self.reg_acc:
+                mm = self.reg_acc[id(op)]
+                self.hazard(self.tb.ops.index(mm), mm.inputs, [])
+                self.readset.update(id(t) for t in mm.inputs)
+                n = self.mma_geometry(mm)[-1]
+                pos = self.reg_pos[id(op)]
+                self.new_frags[pos:pos + n] = self.mma(mm, self.frag_args[pos:pos + n])
+                return
+            self.hazard(j, op.inputs, [id(op)])
+            self.accum_update(op)
+            self.readset.update(id(t) for t in op.inputs)
+            if op.attrs["kind"] in ("sum", "mean", "rms"):  # rows combined by warps, lane 0 writes
+                self.dirty.add(id(op))
+            return
+        if id(op) in self.mma_ops and any(self.reg_acc.get(id(a)) is op for a in self.tb.ops):
+            return  # computed by its register accumulator
+        writes = [id(t) for t in op.outputs if id(t) in self.tiles] + ([id(op)] if id(op) in self.scratch else [])
+        self.hazard(j, op.inputs, writes)
+        self.emit_op(op)
+        self.readset.update(id(t) for t in op.inputs)
+        self.dirty.update(writes)
+
+    def post_region(self, post) -> None:
+        for j in post:
+            self.run_op(j)
+        outs = [k for k, rec in enumerate(self.tb.outputs) if rec.forloop_dim == -1]
+        if any(id(self.tb.outputs[k].stensor) in self.dirty for k in outs):
+            self.sync()
+        for k in outs:
+            self.save_output(k, 0)
+
+    def lower_scheduled(self, accs, inv, split: int) -> KernelInfo:
+        """The kernel with the optimizer's schedule: ops in depth order, a barrier only
+        where `hazard` finds one needed, and one barrier per iteration of the cp.async
+        ring (wait for this iteration's tiles, barrier, then issue the copies of
+        iteration i + S - 1 into the slot iteration i - 1 read: the barrier covers both)."""
+        e = self.e
+        tb = self.tb
+        order = self.exec_order()
+        loop = [j for j in order if self.region[j] == "loop"]
+        post = [j for j in order if self.region[j] == "post"]
+        self._reset()
+        for op in accs:
+            if id(op) not in self.reg_acc:
+                self.accum_init(op)
+        for k in inv:
+            self.load_input(k, 0, None)
+        if any(self.async_in[k] for k in inv):
+            e.line("nvvm.cp.async.commit.group")
+        R = self.R // split
+        it0 = e.mul(self.sp, R)
+        S = self.S
+        if S > 1:
+            for s_ in range(S - 1):
+                if s_ < R:
+                    for k in self.varying_async:
+                        self.load_input(k, e.add(it0, s_), s_)
+                e.line("nvvm.cp.async.commit.group")
+        reg_inits = []
+        reg_ops = [op for op in accs if id(op) in self.reg_acc]
+        zero = e.const("0.000000e+00", "vector<2x2xf32>")
+        self.reg_pos = {}
+        for op in reg_ops:
+            self.reg_pos[id(op)] = len(reg_inits)
+            reg_inits += [(zero, "vector<2x2xf32>")] * self.mma_geometry(self.reg_acc[id(op)])[-1]
+        it, args, res, close = e.for_iter(0, R, 1, reg_inits or [(e.f32(0.0), "f32")])
+        self.frag_args = args
+        self.new_frags = list(args) if reg_inits else []
+        itg = e.add(it0, it)
+        sync_varying = [k for k, rec in enumerate(tb.inputs)
+                        if rec.forloop_dim != -1 and (S == 1 or k not in self.varying_async)]
+        if S > 1:
+            e.line(f"nvvm.cp.async.wait.group {S - 2}")
+            e.barrier()
+            nxt = e.add(it, S - 1)
+            with e.if_(e.cmp("ult", nxt, R)):
+                for k in self.varying_async:
+                    self.load_input(k, e.add(it0, nxt), e.rem(nxt, S))
+            e.line("nvvm.cp.async.commit.group")
+            slot = e.rem(it, S)
+            for k in self.varying_async:
+                t = tb.inputs[k].stensor
+                tile = self.tiles[id(t)]
+                boff = e.add(tile.offset, e.mul(slot, tile.stage_bytes))
+                self.views[id(t)] = self._make_view(tile, boff)
+                self.views2d[id(t)] = self._make_view(tile, boff, True)
+        elif R > 1:
+            e.barrier()  # the previous iteration is done with the tiles these copies overwrite
+        for k in sync_varying:
+            self.load_input(k, itg, None)
+        if S == 1 and any(self.async_in[k] for k in sync_varying + inv):
+            e.line("nvvm.cp.async.commit.group")
+            e.line("nvvm.cp.async.wait.group 0")
+        if S == 1 or sync_varying:
+            e.barrier()
+        self._reset()
+        for j in loop:
+            self.run_op(j)
+        for k, rec in enumerate(tb.outputs):
+            if rec.forloop_dim != -1:
+                if id(rec.stensor) in self.dirty:
+                    self.sync()
+                self.save_output(k, itg)
+                self.readset.add(id(rec.stensor))
+        close(self.new_frags or [args[0]])
+        # after the loop: the state of the last iteration's end carries on
+        for op in accs:
+            out = op.outputs[0]
+            if id(op) in self.reg_acc:
+                mm = self.reg_acc[id(op)]
+                pos, n = self.reg_pos[id(op)], self.mma_geometry(mm)[-1]
+                if self.mode == "partial":
+                    self.frags_to_ws(mm, res[pos:pos + n], op)
+                else:
+                    self.hazard(None, [], [id(out)])
+                    self.store_frags(mm, res[pos:pos + n], out)
+                    self.dirty.add(id(out))
+            elif self.mode == "partial":
+                self.scratch_to_ws(op)  # begins with a barrier
+                self._reset()
+            else:
+                if id(op) in self.dirty:
+                    self.sync()
+                self.hazard(None, [], [id(out)])
+                self.accum_finish(op)
+                self.readset.add(id(op))
+                self.dirty.add(id(out))
+        if self.mode == "partial":
+            if self.fold:
+                self.fold_combine(accs, None)
+            return self._finish()
+        self.post_region(post)
+        return self._finish()
 
     # -- split for-loop: workspace of raw f32 accumulators --
     def ws_index(self, op: Op, split_idx: Idx, elem: Idx) -> Idx:

@@ -98,6 +98,15 @@ class Emitter:
             return 0
         return self.op(f"arith.remui {a}, {self.idx(b)} : index", "x")
 
+    def xor(self, a: Idx, b: Idx) -> Idx:
+        if isinstance(a, int) and isinstance(b, int):
+            return a ^ b
+        if b == 0:
+            return a
+        if a == 0:
+            return b
+        return self.op(f"arith.xori {self.idx(a)}, {self.idx(b)} : index", "x")
+
     def minui(self, a: Idx, b: Idx) -> Idx:
         if isinstance(a, int) and isinstance(b, int):
             return min(a, b)

@@ -72,9 +72,14 @@ class ConvertMirageToGPU(Pass):
         Option("fold-combine", parse_bool, True,
                "split for-loops: the last block of each group combines (one kernel), not a second kernel"),
         Option("evict-first", parse_bool, True, "inputs read once are copied with an L2 evict_first policy"),
+        Option("layout", parse_bool, True, "tiles take the optimizer's layouts (swizzled ldmatrix operands)"),
+        Option("schedule", parse_bool, True, "ops in the optimizer's depth order, barriers only where needed"),
+        Option("smem-plan", parse_bool, True, "shared-memory offsets reuse dead tiles (optimizer's live ranges)"),
     )
 
     def run(self, module, **options) -> None:
         _lower_module(module, Options(tensor_cores=options["tensor-cores"], async_copy=options["async-copy"],
                                       stages=options["stages"], split=options["split"],
-                                      fold_combine=options["fold-combine"], evict_first=options["evict-first"]))
+                                      fold_combine=options["fold-combine"], evict_first=options["evict-first"],
+                                      layout=options["layout"], schedule=options["schedule"],
+                                      smem_plan=options["smem-plan"]))

@@ -139,12 +139,24 @@ def _exact(bufs: list[SmemBuffer], upper: int, lower: int, timeout_ms: int):
 
 def plan_smem(tb: TBGraph, schedule: SchedulePlan | list[int] | None = None, enabled: bool = True,
               capacity: int | None = None, double_buffer: bool = True,
-              registers: Iterable[str] = (), timeout_ms: int = 2000) -> SmemPlan:
+              registers: Iterable[str] = (), timeout_ms: int = 2000,
+              sizes: Mapping[str, int] | None = None,
+              extra: Mapping[str, tuple[int, int, int]] | None = None) -> SmemPlan:
     """Assign shared-memory offsets to `tb`'s tiles; raises SmemCapacityError when the
-    plan needs more than `capacity` bytes (default 227 KiB, sm_90)."""
+    plan needs more than `capacity` bytes (default 227 KiB, sm_90).
+
+    For the lowering, which stores some tiles differently (padded rows, deeper input
+    rings): `sizes` overrides a tile's bytes (all copies included), `extra` adds
+    buffers of its own, name -> (bytes, first step, last step) on the same steps
+    (e.g. f32 accumulator scratch). `timeout_ms=0` skips the exact search."""
     cap = capacity or DEFAULT_SMEM
     order = schedule.order if isinstance(schedule, SchedulePlan) else (schedule or program_order(tb))
     bufs = live_ranges(tb, list(order), double_buffer, registers)
+    for n, size in (sizes or {}).items():
+        if n in bufs:
+            bufs[n].size = _align(size)
+    for n, (size, start, end) in (extra or {}).items():
+        bufs[n] = SmemBuffer(n, 0, _align(size), start, end)
     blist = list(bufs.values())
     no_reuse = sum(b.size for b in blist)
     optimal = False
@@ -158,7 +170,7 @@ def plan_smem(tb: TBGraph, schedule: SchedulePlan | list[int] | None = None, ena
         total = max((offs[b.name] + b.size for b in blist), default=0)
         lower, _ = _peak(blist)
         optimal = total == lower
-        if not optimal and len(blist) <= 40:
+        if not optimal and timeout_ms > 0 and len(blist) <= 40:
             exact, proven = _exact(blist, total, lower, timeout_ms)
             if exact is not None:
                 t2 = max(exact[b.name] + b.size for b in blist)
