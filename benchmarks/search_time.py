@@ -51,7 +51,8 @@ def main():
            "without pruning: time | states | fused | best cost |",
            "|---|---|---|---|---|---|---|---|---|"]
     for n, ((t1, s1, st1, f1, c1), (t2, s2, st2, f2, c2)) in rows:
-        cap = f" (capped: {st2})" if st2 else ""
+        cap = (f" (capped: {st2}{' + time limit' if t2 >= a.cap_seconds and st2 != 'time limit' else ''})"
+               if st2 else "")
         out.append(f"| {n} | {t1:.1f} s | {s1} | {'yes' if f1 else 'no'} | {c1:.2f} us | {t2:.1f} s{cap} | {s2} | "
                    f"{'yes' if f2 else 'no'} | {c2:.2f} us |")
     out += ["", "Block-graph ops count input iterators, compute ops, accumulators and output savers.",
