@@ -18,7 +18,10 @@ from mirage.search import superoptimize  # noqa: E402
 from mirage.search.cost import cost  # noqa: E402
 
 PRESET = {"rmsnorm_linear": ("mlp", {}), "gated_mlp": ("mlp", {}), "lora": ("lora", {}),
-          "gqa": ("attention", {}), "ntrans": (None, {}), "qknorm_attention": ("attention", {})}
+          "gqa": ("attention", {}), "qknorm_attention": ("attention", {}),
+          # one row-wise block graph of the element-wise chain (as the paper's nTrans kernel)
+          "ntrans": (None, dict(max_kernel_ops=1, max_graph_defs=1, max_block_ops=9, max_block_outputs=1,
+                                tile_sizes=(1,), franges=(1,), predefined_ops=False))}
 
 
 def main():

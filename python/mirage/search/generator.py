@@ -205,6 +205,8 @@ class Generator:
         if st["ngd"] < cfg.max_graph_defs:
             unconsumed = [k for k in range(n_in, len(tensors)) if not st["consumed"][k]]
             last = len(st["ops"]) + 1 == cfg.max_kernel_ops
+            if last:  # the last kernel op must also read every reference input not read yet
+                unconsumed += [k for k in range(n_in) if not st["consumed"][k]]
             for r in range(1, min(cfg.max_block_inputs, len(tensors)) + 1):
                 for I in combinations(idx, r):
                     if last and not set(unconsumed) <= set(I):
@@ -436,8 +438,22 @@ class _BlockCtx:
             if left >= 2:
                 g.stats.pruned["budget"] += 1
             return
+        # lookahead: when the next op is the last one that fits (only output savers
+        # after it), the state it makes must be closable: every input consumed, at most
+        # max_block_outputs unconsumed tiles, and (last kernel) the new tile a target
+        leaf = left - 1 < 2
+        if leaf:
+            open_in = {k for k in range(self.n_in) if not self.consumed[k]}
+            open_mid = {k for k in range(self.n_in, len(self.tiles)) if not self.consumed[k]}
+            room = min(g.cfg.max_block_outputs, left - 1)
         for cand in self.candidates():
-            res = self.try_add(*cand)
+            if leaf:
+                ins = set(cand[1])
+                if not open_in <= ins or len(open_mid - ins) + 1 > room:
+                    g.stats.pruned["budget"] += 1
+                    continue
+                only_new = not (open_mid - ins)
+            res = self.try_add(*cand, final=leaf and self.last and only_new)
             if res is None:
                 continue
             yield from self.dfs()
@@ -496,7 +512,7 @@ class _BlockCtx:
         res.sort(key=lambda x: x[0])
         return [(c[0], c[1], c[2], r) for r, c in res]
 
-    def try_add(self, kind, ins, attrs, rank):
+    def try_add(self, kind, ins, attrs, rank, final: bool = False):
         g = self.g
         st = g.stats
         xs = [self.tiles[i] for i in ins]
@@ -537,6 +553,9 @@ class _BlockCtx:
         tags, partial, classes = prov
         if not g.useful(e):
             st.pruned["absexpr"] += 1
+            return None
+        if final and g.cfg.prune and (e not in g.targets or (self.s.forloop > 1 and phase != "post")):
+            st.pruned["absexpr"] += 1  # the only output of the last kernel is not a reference output
             return None
         for t in self.tiles:
             if t.expr == e and t.shape == shape and t.phase == phase and t.tags == tags:
