@@ -290,3 +290,119 @@ def test_optimizer_plan_is_consumed():
     lo_on = convert_to_gpu(g).module.count("gpu.barrier")
     lo_off = convert_to_gpu(g, Options(schedule=False)).module.count("gpu.barrier")
     assert lo_on < lo_off
+
+
+# GatedMLP search candidate c3 (benchmarks/results/profile_select.md): X tile 8x16 (32-byte
+# rows, swizzle 32 with the layout plan), W tiles 16x64, for-loop 256 split 8 ways
+C3_GATED_MLP = """
+module {
+  func.func @gated_mlp(%arg0: tensor<8x4096xf16>, %arg1: tensor<4096x4096xf16>, %arg2: tensor<4096x4096xf16>) -> tensor<8x4096xf16> {
+    %0 = kn.graph_def (%arg0, %arg1, %arg2) grid [64, 1, 1] block [128, 1, 1] forloop 256 dimx 64 : (tensor<8x4096xf16>, tensor<4096x4096xf16>, tensor<4096x4096xf16>) -> tensor<8x4096xf16> {
+    ^bb0(%a0: tensor<8x4096xf16>, %a1: tensor<4096x4096xf16>, %a2: tensor<4096x4096xf16>):
+      %b0 = tb.input %a0 map <i -> 1> : tensor<8x4096xf16> -> tensor<8x16xf16>
+      %b1 = tb.input %a1 map <x -> 1, i -> 0> : tensor<4096x4096xf16> -> tensor<16x64xf16>
+      %b2 = tb.input %a2 map <x -> 1, i -> 0> : tensor<4096x4096xf16> -> tensor<16x64xf16>
+      %b3 = tb.matmul %b0, %b1 : (tensor<8x16xf16>, tensor<16x64xf16>) -> tensor<8x64xf16>
+      %b4 = tb.matmul %b0, %b2 : (tensor<8x16xf16>, tensor<16x64xf16>) -> tensor<8x64xf16>
+      %b5 = tb.forloop_accum none %b3 : tensor<8x64xf16> -> tensor<8x64xf16>
+      %b6 = tb.forloop_accum none %b4 : tensor<8x64xf16> -> tensor<8x64xf16>
+      %b7 = tb.thread_graph (%b5, %b6) : (tensor<8x64xf16>, tensor<8x64xf16>) -> tensor<8x64xf16> {
+      ^bb0(%s0: f16, %s1: f16):
+        %t0 = th.silu %s0 : f16
+        %t1 = th.mul %s1, %t0 : f16
+        th.yield %t1 : f16
+      }
+      tb.output %b7 map <x -> 1> : tensor<8x64xf16>
+    }
+    return %0 : tensor<8x4096xf16>
+  }
+}
+"""
+
+
+def _c3_graph():
+    from mirage.core.mlir_import import parse_mlir
+
+    return parse_mlir(C3_GATED_MLP)[0]
+
+
+def test_swizzled_chunks_stay_16_byte_aligned_for_every_ilp_layout():
+    # every layout the ILP can pick (optimize.layout.candidates) for tile shapes down to
+    # 8x16 fp16 (32-byte rows): each 16-byte chunk (cp.async destination, ldmatrix row
+    # address) starts 16-byte aligned, stays in its row, and the map is a bijection
+    import itertools
+    from math import prod
+
+    from mirage.lower.block import Tile
+    from mirage.lower.emitter import Emitter
+    from mirage.optimize import TileLayout
+    from mirage.optimize.layout import candidates
+
+    class T:  # the two attributes candidates() reads
+        def __init__(self, shape, item):
+            self.shape = shape
+            self.dtype = type("D", (), {"itemsize": item})()
+
+    seen = set()
+    for shape in [(8, 16), (16, 16), (16, 32), (8, 64), (16, 64), (32, 64), (64, 16), (4, 8, 16), (2, 16, 64)]:
+        for elt, item in [("f16", 2), ("bf16", 2), ("f32", 4)]:
+            for inner, sw in candidates(T(shape, item)):
+                seen.add((shape, sw))
+                lay = TileLayout("t", shape, elt, inner, sw)
+                tile = Tile(shape, elt, item, inner=inner, swizzle=sw)
+                n, vec = shape[inner], 16 // item
+                offs = set()
+                for idx in itertools.product(*(range(d) for d in shape)):
+                    o = lay.offset(idx)
+                    offs.add(o)
+                    if idx[inner] % vec == 0 and n % vec == 0:
+                        assert o * item % 16 == 0, (shape, elt, inner, sw, idx)
+                        lin = sum(i * s for i, s in zip(idx, lay.strides))
+                        assert o // n == lin // n  # the chunk stays in its row
+                        if inner == len(shape) - 1:  # ldmatrix / cp.async addresses
+                            row = lin // n
+                            col = tile.chunk_col(Emitter(), row, idx[inner])
+                            assert (row * tile.ld + col) * item % 16 == 0
+                assert offs == set(range(prod(shape)))
+    assert ((8, 16), 32) in seen  # c3's X tile: 32-byte rows, swizzle 32 is a candidate
+
+
+def test_evict_first_copies_keep_the_ptxas_workaround():
+    # ptxas 13.0 miscompiles `cp.async...L2::cache_hint` whose shared address is a
+    # register plus a uniform register (LDGSTS [Ra+URb], desc[URb+1] encoded as UR0:UR1
+    # when the pair is UR16 or above): "illegal instruction" on c3's split kernel. Every
+    # hinted copy must take its shared address from the per-thread register (the address
+    # scaled by popc(%lanemask_eq)), never a plain 64-bit operand
+    for opts in [Options(), Options(fold_combine=False), Options(split=1)]:
+        _, ptx = to_ptx(_c3_graph(), options=opts)
+        hinted = re.findall(r"cp\.async\.cg\.shared\.global\.L2::cache_hint \[([^\]]+)\]", ptx)
+        assert hinted and all(a == "sa" for a in hinted), hinted[:3]
+        assert ptx.count("popc.b32 one, lm") == len(hinted)
+
+
+def _sass(ptx: str, tmp_path) -> str | None:
+    import shutil
+    import subprocess
+
+    ptxas = shutil.which("ptxas")
+    dis = shutil.which("nvdisasm")
+    if not ptxas or not dis:
+        return None
+    src, cub = tmp_path / "k.ptx", tmp_path / "k.cubin"
+    src.write_text(ptx)
+    subprocess.run([ptxas, "-arch=sm_90", str(src), "-o", str(cub)], check=True, capture_output=True)
+    return subprocess.run([dis, "-c", str(cub)], check=True, capture_output=True, text=True).stdout
+
+
+def test_c3_sass_reads_only_written_uniform_registers(tmp_path):
+    # with ptxas and nvdisasm on PATH: in the machine code of c3's kernels, every
+    # LDGSTS that takes a uniform register (shared offset / cache policy pair) reads one
+    # the kernel writes (the ptxas bug above reads UR0:UR1, never written)
+    _, ptx = to_ptx(_c3_graph())
+    sass = _sass(ptx, tmp_path)
+    if sass is None:
+        pytest.skip("ptxas or nvdisasm not on PATH")
+    written = set(re.findall(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?U\w+(?:\.\S+)*\s+(UR\d+)", sass, re.M))
+    uses = re.findall(r"LDGSTS[^;]*\[R\d+\+(UR\d+)[^\]]*\], desc\[(UR\d+)\]", sass)
+    assert all(a in written and b in written for a, b in uses), uses[:3]
+    assert "LDGSTS" in sass

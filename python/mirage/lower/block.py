@@ -44,6 +44,25 @@ class LoweringError(GraphError):
 
 ALIGN = 128
 
+# The 16-byte cp.async of an input read once (Options.evict_first), with an L2 evict_first
+# cache policy, as inline PTX ($0: shared address, $1: global address).
+#
+# Workaround for a ptxas bug (CUDA 13.0: offline ptxas 13.0.88 and the 580 driver's JIT):
+# when the shared address is a per-thread register plus a uniform, non-constant term (the
+# dynamic-smem base plus a ring slot offset in a fully unrolled loop), ptxas folds the
+# uniform term and the policy into one uniform register pair, `LDGSTS [Ra+URb],
+# desc[URb+1]`, and if that pair is UR16 or above it encodes it as UR0:UR1, which the
+# kernel never writes: the copy runs with a garbage shared offset and cache policy
+# ("an illegal instruction was encountered"; seen on GatedMLP search candidate c3 of
+# benchmarks/results/profile_select.md, split kernel with the layout plan on). Scaling the
+# 32-bit shared address by a per-thread 1 that ptxas cannot fold (popc of %lanemask_eq)
+# makes the whole address one per-thread register, so ptxas emits `LDGSTS [Ra+imm]` and
+# never that form. Cost: one IMAD per copy (the popc is common to all of them).
+EVICT_FIRST_COPY = ("{.reg .b64 pol; .reg .b32 sa, one, lm; "
+                    "createpolicy.fractional.L2::evict_first.b64 pol, 1.0; "
+                    "mov.u32 lm, %lanemask_eq; popc.b32 one, lm; cvt.u32.u64 sa, $0; mul.lo.u32 sa, sa, one; "
+                    "cp.async.cg.shared.global.L2::cache_hint [sa], [$1], 16, pol;}")
+
 
 @dataclass
 class Tile:
@@ -549,8 +568,7 @@ class BlockLowering:
                     ga = e.op(f"arith.index_cast {e.idx(e.add(self._gptr(k), e.mul(goff, g.itemsize)))} : index to i64", "ga")
                     sp = e.op(f"memref.extract_aligned_pointer_as_index {view} : {tile.mtype} -> index", "sp")
                     sa = e.op(f"arith.index_cast {e.idx(e.add(sp, e.mul(soff, g.itemsize)))} : index to i64", "sa")
-                    e.line('llvm.inline_asm has_side_effects "{.reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 '
-                           'pol, 1.0; cp.async.cg.shared.global.L2::cache_hint [$0], [$1], 16, pol;}", '
+                    e.line(f'llvm.inline_asm has_side_effects "{EVICT_FIRST_COPY}", '
                            f'"l,l" {sa}, {ga} : (i64, i64) -> ()')
                 else:
                     tok = e.fresh("tok")
