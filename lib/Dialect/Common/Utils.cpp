@@ -61,7 +61,7 @@ static std::string describe(Operation *op, Value v) {
   return "value";
 }
 
-static ArrayRef<int64_t> shapeOf(Value v) {
+ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
 }
 
@@ -126,7 +126,7 @@ LogicalResult verifySameSupportedDType(Operation *op, bool requireSame) {
   return success();
 }
 
-static LogicalResult verifyCommon(Operation *op) {
+LogicalResult verifyCommon(Operation *op) {
   if (failed(verifyStaticShapes(op)) || failed(verifySameSupportedDType(op)))
     return failure();
   return success();

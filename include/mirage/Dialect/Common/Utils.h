@@ -34,6 +34,11 @@ std::string formatShape(llvm::ArrayRef<int64_t> shape);
 std::optional<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<int64_t> a, llvm::ArrayRef<int64_t> b);
 
+/// The static shape of a ranked-tensor value.
+llvm::ArrayRef<int64_t> shapeOf(mlir::Value v);
+/// `[shape]` static shapes + `[dtype]` one supported element type for all values.
+llvm::LogicalResult verifyCommon(mlir::Operation *op);
+
 /// `[shape]`: every tensor operand/result has a static shape.
 llvm::LogicalResult verifyStaticShapes(mlir::Operation *op);
 /// `[dtype]`: every operand/result (element) type is f16/bf16/f32 and, if

@@ -11,16 +11,6 @@ using namespace mlir;
 using namespace mirage;
 using namespace mirage::tb;
 
-static ArrayRef<int64_t> shapeOf(Value v) {
-  return cast<RankedTensorType>(v.getType()).getShape();
-}
-
-static LogicalResult verifyCommon(Operation *op) {
-  if (failed(verifyStaticShapes(op)) || failed(verifySameSupportedDType(op)))
-    return failure();
-  return success();
-}
-
 /// [map]: every mapped tensor dim exists in a tensor of rank `rank`.
 static LogicalResult verifyMapDims(Operation *op, MapAttr map, size_t rank,
                                    StringRef what) {

@@ -18,16 +18,6 @@ using namespace mirage::kn;
 // Simple ops
 //===----------------------------------------------------------------------===//
 
-static ArrayRef<int64_t> shapeOf(Value v) {
-  return cast<RankedTensorType>(v.getType()).getShape();
-}
-
-static LogicalResult verifyCommon(Operation *op) {
-  if (failed(verifyStaticShapes(op)) || failed(verifySameSupportedDType(op)))
-    return failure();
-  return success();
-}
-
 LogicalResult RmsNormOp::verify() {
   if (failed(verifyElementwiseUnary(getOperation())))
     return failure();
