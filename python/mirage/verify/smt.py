@@ -55,15 +55,6 @@ class Z3Arith(Arith):
     def from_array(self, a):
         return np.asarray(a, dtype=object)
 
-    def to_array(self, v):
-        return v
-
-    def shape(self, v):
-        return v.shape
-
-    def apply(self, fn, *vs):
-        return fn(*vs)
-
     def const(self, value, shape):
         from fractions import Fraction
 
