@@ -78,9 +78,5 @@ def register(cls: type[Pass]) -> type[Pass]:
 
 def registry() -> dict[str, type[Pass]]:
     for name in PASS_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if not (e.name or "").startswith(name.rsplit(".", 1)[0]):
-                raise  # a real missing dependency, not a layer that does not exist yet
+        importlib.import_module(name)
     return dict(sorted(_REGISTRY.items()))
