@@ -86,7 +86,7 @@ def make(name: str, device="cpu"):
     return m.half().to(device).eval(), shape
 
 
-def build(out: str, search: bool, search_time: float) -> None:
+def build(out: str, search: bool, search_time: float, elide: bool = False) -> None:
     import mirage.torch as mt
 
     os.makedirs(out, exist_ok=True)
@@ -98,11 +98,12 @@ def build(out: str, search: bool, search_time: float) -> None:
         opts = dict(search=True, config="auto", time_limit=search_time) if search else dict(search=False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            opt = mt.superoptimize(m, [x], target="sm_90", **opts)
+            opt = mt.superoptimize(m, [x], target="sm_90", allow_fp32_upcast_elision=elide, **opts)
         secs = time.time() - t
         d = opt.save(os.path.join(out, name), weights=(name == "unsupported_op"))
         print(f"== {name}: {secs:.1f} s -> {d}\n{opt.report}\n", flush=True)
         index[name] = {"shape": list(shape), "seconds": round(secs, 2), "report": opt.report,
+                       "allow_fp32_upcast_elision": elide,
                        "weights_saved": name == "unsupported_op"}
     with open(os.path.join(out, "index.json"), "w") as f:
         json.dump(index, f, indent=1)
@@ -113,7 +114,7 @@ def rel(a, b) -> float:
     return float((a - b).norm() / b.norm())
 
 
-def run(src: str, md: str | None) -> int:
+def run(src: str, md: str | None, compiled: bool = True) -> int:
     import mirage.torch as mt
     from triton.testing import do_bench
 
@@ -153,13 +154,32 @@ def run(src: str, md: str | None) -> int:
             t_ours = do_bench(lambda: opt(x), warmup=100, rep=400, return_mode="median") * 1e3
             t_torch = do_bench(lambda: m(x), warmup=100, rep=400, return_mode="median") * 1e3
             y, y_t = opt(x), m(x)
+        t_comp = t_graph = float("nan")
+        if compiled:  # torch.compile (inductor), and with CUDA graphs (mode="reduce-overhead")
+            for mode in ("default", "reduce-overhead"):
+                try:
+                    torch._dynamo.reset()
+                    c = torch.compile(m, mode=mode)
+                    with torch.no_grad():
+                        for _ in range(3):
+                            c(x)
+                        t = do_bench(lambda: c(x), warmup=100, rep=400, return_mode="median") * 1e3
+                except Exception as e:  # report, do not fail the run
+                    print(f"{name}: torch.compile mode={mode} failed: {type(e).__name__}: {e}", flush=True)
+                    t = float("nan")
+                if mode == "default":
+                    t_comp = t
+                else:
+                    t_graph = t
         e_ours, e_torch = max(errs_ours), max(errs_torch)
         e_vs = rel(y, y_t)
         passed = not fallbacks and not heavy and e_ours == e_ours and e_ours < 1e-2
         ok &= passed
-        rows.append((name, shape, nseg, nk, e_ours, e_torch, e_vs, t_ours, t_torch, passed, fallbacks))
+        rows.append((name, shape, nseg, nk, e_ours, e_torch, e_vs, t_ours, t_torch, t_comp, t_graph, passed,
+                     fallbacks))
         print(f"{name}: segments {nseg}, kernels {nk}, rel.err ours {e_ours:.2e} torch-fp16 {e_torch:.2e} "
-              f"ours-vs-torch {e_vs:.2e}; {t_ours:.1f} us vs torch {t_torch:.1f} us; "
+              f"ours-vs-torch {e_vs:.2e}; {t_ours:.1f} us vs torch {t_torch:.1f} us, torch.compile {t_comp:.1f} us, "
+              f"+CUDA graphs {t_graph:.1f} us; "
               f"fallback warnings {fallbacks}; heavy modules imported {heavy}; {'PASS' if passed else 'FAIL'}",
               flush=True)
     lines = [
@@ -167,12 +187,13 @@ def run(src: str, md: str | None) -> int:
         f"torch {torch.__version__}, CUDA {torch.version.cuda}, Python {platform.python_version()}",
         "",
         "| module | input | kn segments | kernels | rel. err ours vs fp64 | rel. err torch fp16 vs fp64 "
-        "| ours vs torch fp16 | ours (µs) | torch eager (µs) | speedup | check |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| ours vs torch fp16 | ours (µs) | torch eager (µs) | torch.compile (µs) | compile + CUDA graphs (µs) "
+        "| ours vs eager | check |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, shape, nseg, nk, eo, et, ev, to, tt, p, _ in rows:
+    for name, shape, nseg, nk, eo, et, ev, to, tt, tc, tg, p, _ in rows:
         lines.append(f"| {name} | {'x'.join(map(str, shape))} fp16 | {nseg} | {nk} | {eo:.2e} | {et:.2e} | {ev:.2e} "
-                     f"| {to:.1f} | {tt:.1f} | {tt / to:.2f}× | {'pass' if p else 'FAIL'} |")
+                     f"| {to:.1f} | {tt:.1f} | {tc:.1f} | {tg:.1f} | {tt / to:.2f}× | {'pass' if p else 'FAIL'} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if md:
@@ -188,11 +209,14 @@ def main(argv=None) -> int:
     ap.add_argument("--search", action="store_true", help="build: run the superoptimizer first")
     ap.add_argument("--search-time", type=float, default=120.0)
     ap.add_argument("--md", default=None)
+    ap.add_argument("--allow-fp32-upcast-elision", action="store_true",
+                    help="build: import fp16->fp32->silu->fp16 at fp16 (one GatedMLP segment; changes rounding)")
+    ap.add_argument("--no-compile", action="store_true", help="run: skip the torch.compile columns")
     a = ap.parse_args(argv)
     if a.cmd == "build":
-        build(a.dir, a.search, a.search_time)
+        build(a.dir, a.search, a.search_time, a.allow_fp32_upcast_elision)
         return 0
-    return run(a.dir, a.md)
+    return run(a.dir, a.md, not a.no_compile)
 
 
 if __name__ == "__main__":

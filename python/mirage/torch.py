@@ -152,7 +152,7 @@ class MirageModule(torch.nn.Module):
             state = {name: res.program.state_value(Binding(kind, name))
                      for kind, name in program.state_keys if kind != "constant"}
         info = {"report": self.report,
-                "bindings": {s.graph.name: [f"{b.kind}:{b.name}" for b in s.bindings]
+                "bindings": {s.graph.name: [str(b) for b in s.bindings]
                              for s in res.segments if s.graph is not None},
                 "offloaded": [f"{o.op} ({o.node}): {o.reason}" for o in res.offloaded]}
         return deploy.save(path, program, self._signature, state=state, info=info)
@@ -167,13 +167,26 @@ def load(path: str, module: torch.nn.Module | None = None, weights: bool = True)
     return _load(path, module, weights=weights)
 
 
+_IMPORT_OPTIONS = ("fold_layout", "allow_fp32_upcast_elision")
+
+
+def _import_options(options: dict) -> tuple[dict, dict]:
+    """Split `options` into (search/compile options, `import_module` options)."""
+    rest = {k: v for k, v in options.items() if k not in _IMPORT_OPTIONS}
+    return rest, {k: options[k] for k in _IMPORT_OPTIONS if k in options}
+
+
 def superoptimize(module: torch.nn.Module, example_inputs: Sequence, **search_options: Any) -> MirageModule:
     """Import `module` at `example_inputs`' shapes, superoptimize its kn segments, compile
     them to kernel bundles and return a module that uses them on matching CUDA inputs
     (see docs/torch.md). Options: the search's, and `target` ("sm_90"), `search`
-    (True), `compile` (True)."""
+    (True), `compile` (True); import options `fold_layout` (True: transposes/reshapes of
+    weights become binding transforms done once) and `allow_fp32_upcast_elision`
+    (False: opt in to computing fp16->fp32->op->fp16 sandwiches at fp16, which changes
+    rounding)."""
+    search_options, imp = _import_options(search_options)
     try:
-        result = import_module(module, example_inputs)
+        result = import_module(module, example_inputs, **imp)
     except Exception as e:
         warnings.warn(f"mirage: import failed ({type(e).__name__}: {e}); the module runs unchanged",
                       RuntimeWarning, stacklevel=2)
@@ -203,10 +216,11 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **search_options):
     CPU the results are those of eager PyTorch, bit for bit."""
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
     sig = [(tuple(t.shape), t.dtype, t.device.type) for t in tensors]
+    opts, imp = _import_options({**BACKEND_OPTIONS, **search_options})
     try:
-        result = import_module(gm, list(example_inputs))
+        result = import_module(gm, list(example_inputs), **imp)
         _REPORTS.append(result)
-        notes = _attach_kernels(result, {**BACKEND_OPTIONS, **search_options})
+        notes = _attach_kernels(result, opts)
     except Exception as e:
         warnings.warn(f"mirage backend: import failed ({type(e).__name__}: {e}); using the captured graph",
                       RuntimeWarning)

@@ -303,3 +303,98 @@ def test_bundles_are_cached_by_graph_hash():
     c1 = L.compile(g, "sm_90")
     assert L.compile(g2, "sm_90") is c1  # an equal graph (another object): no recompilation
     assert L.compile(g, "sm_80") is not c1
+
+
+# -- layout transforms of weights folded into the bindings; fp32 upcast elision --------------
+
+def _fake_kernels(segments, calls):
+    """CPU stand-ins for compiled kernels: the segment's kn graph in float64 on the tensors
+    the kernel would receive (so the shapes and the folded transforms are checked)."""
+    for seg in segments:
+        def k(ins, g=seg.graph):
+            calls.append([t for t in ins])
+            assert [tuple(t.shape) for t in ins] == [tuple(i.shape) for i in g.inputs]
+            return [torch.from_numpy(o) for o in g.evaluate([t.double().numpy() for t in ins])]
+
+        seg.kernel = k
+
+
+def test_weight_layout_is_folded_into_bindings(imported):
+    m, inputs, res = imported["rmsnorm_linear"]
+    g = res.graph
+    assert not {"transpose", "reshape"} & {op.kind for op in g.ops}, res.report()
+    assert [str(b) for b in res.bindings] == ["input:x", "parameter:g.reshape(1,64)",
+                                              "parameter:w.weight.transpose(1,0)"]
+    assert [tuple(t.shape) for t in g.inputs] == [(4, 64), (1, 64), (64, 96)]
+    assert "folded: parameter:w.weight.transpose(1,0)" in res.report()
+    # nn.Linear in the gated MLP: both weights enter the matmuls pre-transposed
+    assert all(op.kind in ("matmul", "silu", "mul") for op in imported["gated_mlp"][2].graph.ops)
+    # unfolded import keeps the layout ops as kernels
+    raw = mt.import_module(m, inputs(), fold_layout=False)
+    assert {"transpose", "reshape"} <= {op.kind for op in raw.graph.ops}
+
+
+def test_folded_transform_runs_once_and_follows_the_weights():
+    torch.manual_seed(8)
+    m = RMSNormLinear(32, 48)
+    x = torch.randn(4, 32)
+    res = mt.import_module(m, [x])
+    calls = []
+    segs = list(res.program.segments.values())
+    _fake_kernels(segs, calls)
+    res.program.set_mode("kernels")
+    for _ in range(2):
+        np.testing.assert_allclose(res.program(x).detach().numpy(), m(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    w_t = [t for t in calls[0] if tuple(t.shape) == (32, 48)]
+    assert len(w_t) == 1 and torch.equal(w_t[0], m.w.weight.detach().t())
+    assert calls[1][2] is calls[0][2]  # cached: transposed once, not per call
+    with torch.no_grad():
+        m.w.weight.mul_(-2)  # in place: the cached transform is recomputed
+    np.testing.assert_allclose(res.program(x).detach().numpy(), m(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    assert calls[2][2] is not calls[0][2] and torch.equal(calls[2][2], m.w.weight.detach().t())
+
+
+def test_save_load_keeps_folded_bindings(tmp_path):
+    import json
+    import os
+
+    torch.manual_seed(9)
+    m = RMSNormLinear(32, 48)
+    x = torch.randn(4, 32)
+    opt = mt.superoptimize(m, [x], search=False)
+    d = opt.save(str(tmp_path / "m"), weights=False)
+    man = json.load(open(os.path.join(d, "manifest.json")))
+    assert man["bindings"]["main"] == ["input:x", "parameter:g.reshape(1,32)", "parameter:w.weight.transpose(1,0)"]
+    # a fresh module with other weights, bound by name at load time: the transforms apply to its weights
+    torch.manual_seed(10)
+    m2 = RMSNormLinear(32, 48)
+    ld = mt.load(d, module=m2, weights=False)
+    calls = []
+    _fake_kernels(ld.program.segments().values(), calls)
+    ld.program.set_mode("kernels")
+    np.testing.assert_allclose(ld.program(x).detach().numpy(), m2(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    assert torch.equal(calls[0][2], m2.w.weight.detach().t().contiguous())
+    ld.program.set_mode("interpreter")  # the reference kn graph with the folded bindings
+    np.testing.assert_allclose(ld.program(x).detach().numpy(), m2(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_fp32_upcast_elision_is_opt_in():
+    torch.manual_seed(11)
+    m = GatedMLP(32, 64).half()
+    x = torch.randn(4, 32).half()
+    exact = mt.import_module(m, [x])  # default: the casts around SiLU stay in PyTorch
+    assert len(exact.graphs) == 3 and not exact.elided
+    casts = [o for o in exact.offloaded if "convert_element_type" in o.op]
+    assert len(casts) == 2 and all("allow_fp32_upcast_elision=True" in o.reason for o in casts)
+    res = mt.import_module(m, [x], allow_fp32_upcast_elision=True)
+    assert res.fully_converted, res.report()
+    assert [op.kind for op in res.graph.ops] == ["matmul", "silu", "matmul", "mul"]
+    assert all(t.dtype.mlir == "f16" for t in res.graph.inputs)
+    assert res.elided and "not exact" in res.report()
+    (got,) = res.graph.evaluate(res.graph_inputs(x))  # same real function as the module
+    want = copy.deepcopy(m).double()(x.double()).detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+    # the ATen fallback of the rewritten program computes SiLU at fp16: close to the module
+    y = res.program(x)
+    assert y.dtype == torch.float16
+    np.testing.assert_allclose(y.detach().float().numpy(), m(x).detach().float().numpy(), rtol=2e-2, atol=2e-2)

@@ -37,6 +37,12 @@ def _np64(t) -> np.ndarray:
     return t.detach().to("cpu").double().numpy() if hasattr(t, "detach") else np.asarray(t, dtype=np.float64)
 
 
+def _apply_np(a, transforms):
+    for kind, arg in transforms:
+        a = np.transpose(a, arg) if kind == "transpose" else np.reshape(a, arg)
+    return a
+
+
 class DeployedSegment(torch.nn.Module):
     """A kn segment of the partitioned program. Modes: 'torch' (the segment's original
     ATen ops), 'interpreter' (the reference kn graph in float64, for checking) and
@@ -48,7 +54,10 @@ class DeployedSegment(torch.nn.Module):
         super().__init__()
         self.graph = graph  # the imported (reference) kn graph
         self.fallback = fallback  # torch.fx.GraphModule: the partition's ATen ops
-        self.arg_map = arg_map  # per graph input: ("arg", k) | ("const", ndarray)
+        # per graph input: ("arg", k) | ("arg", k, transforms) | ("const", ndarray); transforms:
+        # layout ops folded out of the graph at import (("transpose", perm) | ("reshape", shape)),
+        # applied to argument k once and cached while that tensor is unchanged
+        self.arg_map = arg_map
         self.out_map = out_map  # per partition output: ("out", j) | ("arg", k) | ("const", v, shape)
         self.single = single
         self.out_dtypes = out_dtypes
@@ -60,13 +69,42 @@ class DeployedSegment(torch.nn.Module):
         self.bundle_name = None  # directory name under <dir>/bundles (saved)
         self.bundle_path = None  # set by `load`
         self._consts: dict = {}
+        self._folded: dict = {}  # graph input index -> (key of the source tensor, transformed tensor)
 
     def __getstate__(self):
         d = dict(self.__dict__)
         for k in ("kernel", "optimized", "bundle", "bundle_path"):
             d[k] = None
         d["_consts"] = {}
+        d["_folded"] = {}
         return d
+
+    def __setstate__(self, d):
+        d.setdefault("_folded", {})
+        super().__setstate__(d)
+
+    def _transformed(self, i: int, t, transforms):
+        """Argument `t` with the folded layout transforms applied, contiguous; computed
+        once per (tensor, in-place version, device) and cached: a weight is transposed
+        when first used (or after it changed), not on every call."""
+        key = (t.data_ptr(), t._version, t.device, tuple(t.shape), t.dtype)
+        hit = self._folded.get(i)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        v = t.detach()
+        for kind, arg in transforms:
+            v = v.permute(*arg) if kind == "transpose" else v.reshape(*arg)
+        v = v.contiguous()
+        if v.data_ptr() == t.data_ptr():  # a reshape that stayed a view: own the copy
+            v = v.clone()
+        self._folded[i] = (key, v)
+        return v
+
+    def _arg(self, i: int, a, args):
+        t = args[a[1]]
+        if len(a) > 2 and a[2]:
+            return self._transformed(i, t, a[2])
+        return t.contiguous()
 
     def _kernel_fn(self):
         if self.kernel is None and self.bundle_path is not None:
@@ -89,11 +127,12 @@ class DeployedSegment(torch.nn.Module):
             return self.fallback(*args)
         dev = args[0].device if args else torch.device("cpu")
         if self.mode == "kernels":
-            ins = [args[a[1]].contiguous() if a[0] == "arg" else self._const(i, a[1], dev)
+            ins = [self._arg(i, a, args) if a[0] == "arg" else self._const(i, a[1], dev)
                    for i, a in enumerate(self.arg_map)]
             outs = list(kernel(ins))
         else:  # interpreter, float64
-            ins = [_np64(args[a[1]]) if a[0] == "arg" else a[1] for a in self.arg_map]
+            ins = [_apply_np(_np64(args[a[1]]), a[2] if len(a) > 2 else ()) if a[0] == "arg" else a[1]
+                   for a in self.arg_map]
             outs = self.graph.evaluate(ins)
         res = []
         for m, dt in zip(self.out_map, self.out_dtypes):

@@ -91,7 +91,15 @@ class Binding:
 
     kind: str  # parameter | buffer | constant | input | value (an intermediate of another segment)
     name: str  # FQN, user-input name, or FX node name
-    value: Any = None  # lifted constants: the numpy value
+    value: Any = None  # lifted constants: the numpy value (with `transforms` already applied)
+    # layout transforms folded out of the graph (`fold_state_layout`), applied in order to
+    # the state tensor once (not per call) before it is passed to the kernels:
+    # ("transpose", permutation) | ("reshape", shape)
+    transforms: tuple = ()
+
+    def __str__(self) -> str:
+        t = "".join(f".{k}({','.join(map(str, a))})" for k, a in self.transforms)
+        return f"{self.kind}:{self.name}{t}"
 
 
 @dataclass
@@ -112,6 +120,7 @@ class SegmentInfo:
     reason: str = ""  # why it stayed in torch
     rewrites: list = field(default_factory=list)
     tosa: str = ""
+    folded: list = field(default_factory=list)  # layout transforms folded into bindings
 
 
 @dataclass
@@ -122,6 +131,7 @@ class ImportResult:
     program: Any  # the partitioned callable (nn.Module)
     exported: Any  # torch.export.ExportedProgram (decomposed)
     module: Any = None
+    elided: list = field(default_factory=list)  # fp32 upcast sandwiches imported at half precision
 
     @property
     def fully_converted(self) -> bool:
@@ -155,7 +165,8 @@ class ImportResult:
             if b.kind == "input":
                 out.append(_np(user[b.name]))
             elif b.kind in ("parameter", "buffer", "constant"):
-                out.append(_np(self.program.state_value(b)) if b.value is None else b.value)
+                out.append(apply_transforms_np(_np(self.program.state_value(b)), b.transforms)
+                           if b.value is None else b.value)
             else:
                 raise ValueError(f"graph input {b.name} is an intermediate value computed in torch")
         return out
@@ -164,18 +175,22 @@ class ImportResult:
         lines = []
         ng = len(self.graphs)
         lines.append(f"import: {ng} kn segment(s), {len(self.offloaded)} op(s) left to PyTorch")
+        for e in self.elided:
+            lines.append(f"  not exact: {e}")
         for s in self.segments:
             if s.graph is not None:
                 kinds: dict = {}
                 for op in s.graph.ops:
                     kinds[op.kind] = kinds.get(op.kind, 0) + 1
-                ins = ", ".join(f"{b.kind}:{b.name}" for b in s.bindings)
+                ins = ", ".join(str(b) for b in s.bindings)
                 lines.append(f"  kn segment @{s.graph.name} ({s.name}): {len(s.aten_ops)} ATen ops -> "
                              f"{len(s.graph.ops)} kn ops " +
                              "{" + ", ".join(f"{k}: {v}" for k, v in kinds.items()) + "}")
                 lines.append(f"    inputs: {ins}")
                 if s.rewrites:
                     lines.append(f"    rewrites: {', '.join(sorted(set(s.rewrites)))}")
+                for f in s.folded:
+                    lines.append(f"    folded: {f}")
             else:
                 lines.append(f"  torch segment {s.name}: {len(s.aten_ops)} ATen ops stay in PyTorch: {s.reason}")
         for o in self.offloaded:
@@ -198,6 +213,207 @@ def _flat_args(ep, args, kwargs=None):
 
     flat, _ = pytree.tree_flatten((tuple(args), dict(kwargs or {})))
     return flat
+
+
+# -- folding layout transforms of module state ---------------------------------------------
+
+_LAYOUT = ("transpose", "reshape")
+_STATE = ("parameter", "buffer", "constant")
+
+
+def apply_transforms_np(a, transforms):
+    for kind, arg in transforms:
+        a = np.transpose(a, arg) if kind == "transpose" else np.reshape(a, arg)
+    return a
+
+
+def fold_state_layout(graph: KNGraph, bindings: list, arg_map: list):
+    """Fold `transpose`/`reshape` chains applied to graph inputs bound to module state
+    (parameters, buffers, constants) into the binding: `nn.Linear`'s `W.T` and the
+    `[1, d]` reshape of an RMSNorm gain become inputs of the transformed shape whose
+    binding records the transforms (applied once, when the weights are bound: see
+    `deploy.DeployedSegment`), instead of a kernel per call. An input also used
+    untransformed keeps its plain binding beside the transformed one. Returns
+    `(graph, bindings, arg_map, folded)` (the inputs unchanged when nothing folds);
+    `folded` lists one line per folded chain."""
+    virt = {}  # id(old tensor) -> (old input index, transforms)
+    for k, t in enumerate(graph.inputs):
+        if bindings[k].kind in _STATE:
+            virt[id(t)] = (k, ())
+    if not virt:
+        return graph, bindings, arg_map, []
+    out_ids = {id(o) for o in graph.outputs}
+    needed: list = []  # keys (old index, transforms), first use order
+
+    def need(key):
+        if key not in needed:
+            needed.append(key)
+
+    folded_ops = set()
+    for op in graph.ops:
+        src = virt.get(id(op.inputs[0])) if op.inputs else None
+        if op.kind in _LAYOUT and src is not None and id(op.outputs[0]) not in out_ids:
+            arg = tuple(op.attrs["permutation"] if op.kind == "transpose" else op.attrs["shape"])
+            virt[id(op.outputs[0])] = (src[0], src[1] + ((op.kind, arg),))
+            folded_ops.add(id(op))
+            continue
+        for t in op.inputs:
+            if id(t) in virt:
+                need(virt[id(t)])
+    for o in graph.outputs:
+        if id(o) in virt:
+            need(virt[id(o)])
+    for k, t in enumerate(graph.inputs):  # inputs not bound to state, or unused: keep
+        if bindings[k].kind not in _STATE or not any(key[0] == k for key in needed):
+            need((k, ()))
+    if not folded_ops:
+        return graph, bindings, arg_map, []
+    needed.sort(key=lambda key: (key[0], len(key[1])))
+    g = KNGraph(graph.name)
+    g.smem_capacity = graph.smem_capacity
+    new_of: dict = {}
+    new_b, new_map, notes = [], [], []
+    for k, tr in needed:
+        old = graph.inputs[k]
+        shape = tuple(old.shape)
+        for kind, arg in tr:
+            shape = tuple(shape[p] for p in arg) if kind == "transpose" else tuple(arg)
+        nt = g.new_input(shape, None if tr else graph.strides.get(k), old.dtype)
+        new_of[(k, tr)] = nt
+        b = bindings[k]
+        a = arg_map[k]
+        if b.value is not None:  # a lifted constant: transform its value now
+            v = apply_transforms_np(np.asarray(b.value), tr)
+            new_b.append(Binding(b.kind, b.name, v, ()))
+            new_map.append(("const", v) if a[0] == "const" else a)
+        else:
+            new_b.append(Binding(b.kind, b.name, None, tuple(b.transforms) + tr))
+            new_map.append(a if not tr else (a[0], a[1], tuple(a[2] if len(a) > 2 else ()) + tr))
+        if tr:
+            notes.append(f"{new_b[-1]}: {len(tr)} layout op(s) folded into the binding")
+    env = {}
+    for k, t in enumerate(graph.inputs):
+        if (k, ()) in new_of:
+            env[id(t)] = new_of[(k, ())]
+    for op in graph.ops:
+        if id(op) in folded_ops:
+            key = virt[id(op.outputs[0])]
+            if key in new_of:
+                env[id(op.outputs[0])] = new_of[key]
+            continue
+        ins = []
+        for t in op.inputs:
+            if id(t) not in env:
+                env[id(t)] = new_of[virt[id(t)]]
+            ins.append(env[id(t)])
+        env[id(op.outputs[0])] = g._op(op.kind, ins, op.outputs[0].dtype, **op.attrs)
+    for o in graph.outputs:
+        g.mark_output(env[id(o)] if id(o) in env else new_of[virt[id(o)]])
+    return g, new_b, new_map, notes
+
+
+# -- fp16 -> fp32 -> op -> fp16 sandwiches --------------------------------------------------
+
+# ops an upcast region may hold (element-wise, reductions, views; no matmuls: their
+# accumulation precision is a separate question)
+_ELIDABLE = SUPPORTED - {"aten.mm.default", "aten.bmm.default", "aten.addmm.default", "aten.matmul.default",
+                         "aten._to_copy.default", "aten.cat.default"}
+_CASTS = ("prims.convert_element_type.default", "aten._to_copy.default")
+
+
+def _cast_dtypes(node):
+    """(source, destination) dtypes of a cast node, else None."""
+    import torch
+
+    if node.op != "call_function" or str(node.target) not in _CASTS or not node.all_input_nodes:
+        return None
+    src, dst = node.all_input_nodes[0].meta.get("val"), node.meta.get("val")
+    if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor) or src.dtype == dst.dtype:
+        return None
+    if str(node.target) == "aten._to_copy.default" and set(node.kwargs) - {"dtype"}:
+        return None  # also changes device or layout
+    return src.dtype, dst.dtype
+
+
+def find_upcast_sandwiches(gm) -> list:
+    """Regions `half -> float32 -> ops -> half` of an ATen graph: each a dict with the
+    upcast nodes (`ups`), the float32 ops (`ops`), the downcasts (`downs`) and the half
+    dtype. A region qualifies when every op in it is in `_ELIDABLE`, every tensor operand
+    of its ops is in the region or an upcast from the same half type, and every use of
+    its values is in the region or a downcast back to that type."""
+    import torch
+
+    half = (torch.float16, torch.bfloat16)
+    seen, regions = set(), []
+    for start in gm.graph.nodes:
+        cd = _cast_dtypes(start)
+        if cd is None or cd[0] not in half or cd[1] != torch.float32 or start in seen:
+            continue
+        low = cd[0]
+        ups, ops, downs, ok = {start}, set(), set(), True
+        work = [start]
+        while work and ok:
+            n = work.pop()
+            for u in list(n.users):
+                if u in ups or u in ops or u in downs:
+                    continue
+                ud = _cast_dtypes(u)
+                if ud == (torch.float32, low):
+                    downs.add(u)
+                    continue
+                if ud == (low, torch.float32):
+                    ups.add(u)
+                    work.append(u)
+                    continue
+                v = u.meta.get("val")
+                if u.op != "call_function" or str(u.target) not in _ELIDABLE or \
+                        not isinstance(v, torch.Tensor) or v.dtype != torch.float32 or unsupported_reason(u):
+                    ok = False
+                    break
+                ops.add(u)
+                work.append(u)
+                for a in u.all_input_nodes:  # its other operands: upcasts of `low` or region values
+                    if a in ups or a in ops:
+                        continue
+                    if _cast_dtypes(a) == (low, torch.float32):
+                        ups.add(a)
+                        work.append(a)
+                    else:
+                        ok = False
+                        break
+        seen |= ups
+        if ok and ops and downs:
+            regions.append({"ups": ups, "ops": ops, "downs": downs, "dtype": low})
+    return regions
+
+
+def elide_fp32_upcasts(gm) -> list:
+    """Rewrite each `find_upcast_sandwiches` region in place to compute at its half
+    type: the casts are removed and the float32 ops' metadata says the half type.
+    Changes rounding (opt-in: `allow_fp32_upcast_elision`). Returns one line per region."""
+    notes = []
+    for r in find_upcast_sandwiches(gm):
+        low = r["dtype"]
+        for n in r["ops"]:
+            v = n.meta["val"]
+            n.meta["val"] = v.to(low)
+            n.meta.pop("tensor_meta", None)
+            if n.kwargs.get("dtype") is not None:
+                n.kwargs = {**n.kwargs, "dtype": low}
+        for d in r["downs"]:
+            d.replace_all_uses_with(d.all_input_nodes[0])
+            gm.graph.erase_node(d)
+        for u in r["ups"]:
+            u.replace_all_uses_with(u.all_input_nodes[0])
+            gm.graph.erase_node(u)
+        ops = sorted(str(n.target).replace("aten.", "").replace(".default", "") for n in r["ops"])
+        notes.append(f"{len(r['ups'])} upcast(s) {str(low).replace('torch.', '')}->float32 and "
+                     f"{len(r['downs'])} downcast(s) elided around {', '.join(ops)} (computed at "
+                     f"{str(low).replace('torch.', '')}; allow_fp32_upcast_elision=True)")
+    if notes:
+        gm.graph.lint()
+        gm.recompile()
+    return notes
 
 
 # -- export ------------------------------------------------------------------------------
@@ -319,9 +535,18 @@ def _binding_of(ep, node) -> Binding:
     return Binding("value", node.name)
 
 
-def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main") -> ImportResult:
+def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main", fold_layout: bool = True,
+                  allow_fp32_upcast_elision: bool = False) -> ImportResult:
     """Import a PyTorch module (or function) at the shapes and dtypes of
-    `example_inputs` into kn graphs; see the module docstring for the pipeline."""
+    `example_inputs` into kn graphs; see the module docstring for the pipeline.
+
+    `fold_layout` (default True): transposes and reshapes of parameters, buffers and
+    constants become binding transforms applied once (`fold_state_layout`), not kernels.
+    `allow_fp32_upcast_elision` (default False): import a float16/bfloat16 -> float32 ->
+    element-wise ops -> float16/bfloat16 sandwich (PyTorch's SiLU, softmax, norms in
+    half precision) as the ops at the half type (`elide_fp32_upcasts`). This changes the
+    rounding (the ops then round to the half type), so it is opt-in; without it the casts
+    stay in PyTorch and the report says so."""
     import torch
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch_mlir import fx as tmfx
@@ -329,11 +554,23 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main")
     module = _as_module(module_or_fn)
     ep = export(module, example_inputs)
     gm = ep.graph_module
+    elided, sandwich = [], {}
+    if allow_fp32_upcast_elision:
+        elided = elide_fp32_upcasts(gm)
+    else:
+        for r in find_upcast_sandwiches(gm):
+            for c in r["ups"] | r["downs"]:
+                sandwich[c.name] = r["dtype"]
     offloaded = []
     for n in gm.graph.nodes:
         if n.op == "call_function":
             r = unsupported_reason(n)
             if r is not None:
+                if n.name in sandwich:
+                    r = (f"{r}; a cast of a {str(sandwich[n.name]).replace('torch.', '')} -> float32 -> "
+                         f"element-wise -> {str(sandwich[n.name]).replace('torch.', '')} sandwich "
+                         f"(allow_fp32_upcast_elision=True imports the ops at "
+                         f"{str(sandwich[n.name]).replace('torch.', '')}: not bit-exact)")
                 offloaded.append(Offload(str(n.target), n.name, r))
     part = CapabilityBasedPartitioner(gm, _Support().impl, allows_single_node_partition=True)
     with warnings.catch_warnings():
@@ -380,6 +617,11 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main")
             else:  # lifted constant
                 arg_map.append(("const", i.value))
                 bindings.append(Binding("constant", f"const{len(bindings)}", i.value))
+        folded = []
+        if fold_layout:
+            g2, bindings, arg_map, folded = fold_state_layout(seg.graph, bindings, arg_map)
+            seg.graph = g2  # same outputs in the same order
+        info.folded = folded
         out_node = next(n for n in sub.graph.nodes if n.op == "output")
         outs_fx = out_node.args[0]
         single = not isinstance(outs_fx, (tuple, list))
@@ -403,7 +645,9 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main")
     fused.recompile()
     # nodes outside every partition are the ones `unsupported_reason` rejected (listed above)
     program = _make_program(ep, fused, segments, module)
-    return ImportResult(graphs, infos, offloaded, program, ep, module)
+    res = ImportResult(graphs, infos, offloaded, program, ep, module)
+    res.elided = elided
+    return res
 
 
 def _count_modules(gm) -> int:
