@@ -54,6 +54,15 @@ def build_ops(g: KNGraph, tensors: list, ops, thread_graphs: bool = True) -> lis
                     tiles.append(tb.reduction_to_dimx(xs[0]))
                 elif kind == "constant":
                     tiles.append(tb.constant(ad["value"], ad["shape"]))
+                elif kind == "chain":  # the reference's constant chain (generator.constant_chains)
+                    y = xs[0]
+                    for k2, pos, value, cshape in ad["steps"]:
+                        if pos < 0:
+                            y = getattr(tb, k2)(y)
+                        else:
+                            c = tb.constant(value, cshape)
+                            y = getattr(tb, k2)(*((y, c) if pos == 1 else (c, y)))
+                    tiles.append(y)
                 else:
                     tiles.append(getattr(tb, kind)(*xs))
             for k, omap in omaps:

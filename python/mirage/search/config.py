@@ -53,6 +53,7 @@ class SearchConfig:
     top_k: int = 3  # candidates formally verified and kept (best first)
     verify: bool = True
     partition: str = "auto"  # Lax partitioning: auto | strict | off (search/partition.py)
+    prologues: bool = False  # search per-input norms as inputs, fold them back (search/prologue.py)
     # explicit schedule lists (Mirage API); None: derived from dimension classes
     griddims: tuple | None = None
     imaps: tuple | None = None
@@ -75,7 +76,7 @@ PRESETS = {
     # head dims (reduced classes < 128) stay whole
     "attention": dict(max_grid_dims=3, grid_reduced=True, max_kernel_ops=2, max_graph_defs=2,
                       tile_sizes=(1, 16, 64), max_block_outputs=2, predefined_ops=False,
-                      min_split_reduced=128, min_split_extent=128, min_loop_tile=16),
+                      min_split_reduced=128, min_split_extent=128, min_loop_tile=16, prologues=True),
 }
 
 

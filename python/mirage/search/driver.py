@@ -81,22 +81,28 @@ class SearchResult:
 _W: dict = {}
 
 
-def _init_worker(ref, cfg, deadline, stop_event, quiet=True):
+def _init_worker(ref, cfg, deadline, stop_event, quiet=True, pro=None):
     if quiet:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _W["gen"] = Generator(ref, cfg, deadline, stop_event)
+    # with input prologues the generator searches the core program; plans are folded
+    # back (prologue.fold) before they are built against the reference
+    _W["gen"] = Generator(pro.core if pro is not None else ref, cfg, deadline, stop_event)
     _W["ref"] = ref
+    _W["fold"] = pro.fold if pro is not None else None
 
 
 def _run_item(item):
     gen: Generator = _W["gen"]
     ref = _W["ref"]
     gen.stats = Stats()
+    fold = _W.get("fold")
     found = {}
 
     def on_candidate(plan):
         # complete candidates are built (every builder validity check runs) and costed
         # here; the equivalence checks run after ranking, on the best few (`_rank`)
+        if fold is not None:
+            plan = fold(plan)
         key = B.plan_key(plan)
         if key in found:
             return
@@ -188,7 +194,12 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Devi
 def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Device) -> SearchResult:
     t0 = time.monotonic()
     deadline = t0 + cfg.time_limit
-    gen = Generator(ref, cfg)
+    pro = None
+    if cfg.prologues:
+        from .prologue import analyze
+
+        pro = analyze(ref)
+    gen = Generator(pro.core if pro is not None else ref, cfg)
     items = work_items(gen)
     workers = cfg.workers or os.cpu_count() or 1
     workers = max(1, min(workers, len(items) or 1))
@@ -206,7 +217,7 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Device) -> S
     pool = None
     if workers == 1:
         stop = None
-        _init_worker(ref, cfg, deadline, None, quiet=False)
+        _init_worker(ref, cfg, deadline, None, quiet=False, pro=pro)
         try:
             for it in items:
                 absorb(_run_item(it))
@@ -219,7 +230,7 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Device) -> S
     else:
         ctx = mp.get_context("fork")
         stop = ctx.Event()
-        pool = ctx.Pool(workers, _init_worker, (ref, cfg, deadline, stop))
+        pool = ctx.Pool(workers, _init_worker, (ref, cfg, deadline, stop, True, pro))
         try:
             it = pool.imap_unordered(_run_item, items, chunksize=1)
             try:

@@ -41,7 +41,8 @@ COMMUTATIVE = ("add", "mul")
 NONLINEAR = UNARY + ("rms_norm",)
 KIND_ID = {k: i for i, k in enumerate(
     ("constant", "matmul", "add", "sub", "mul", "div") + UNARY +
-    ("reduction", "reduce_max", "reduction_to_dimx", "rms_norm", "accum", "graph_def"))}
+    ("reduction", "reduce_max", "reduction_to_dimx", "rms_norm", "chain", "accum", "graph_def"))}
+ELEMENTWISE = UNARY + BINARY
 
 
 class Stop(Exception):
@@ -140,6 +141,9 @@ class Generator:
         self.accum_kinds = cfg.accum_kinds if cfg.accum_kinds is not None else tuple(ak)
         self.constants = sorted({(op.attrs["value"], tuple(op.attrs["shape"])) for op in ref.ops
                                  if op.kind == "constant"})
+        # the reference's constant chains (e.g. `rsqrt(x * (1/n) + eps)`) as block ops
+        self.chains = [] if cfg.block_op_kinds is not None and "chain" not in cfg.block_op_kinds \
+            else constant_chains(ref)
         self.results: list = []  # (plan, ...) of complete candidates
         self.on_candidate = None  # callback(plan) -> None
         self._tick = 0
@@ -497,6 +501,9 @@ class _BlockCtx:
                     m = self.tiles[i].shape[-1]
                     if m > self.dimx and m % self.dimx == 0:
                         out.append((kind, (i,), (("dimx", self.dimx),)))
+        for steps in g.chains:
+            for i in rng:
+                out.append(("chain", (i,), (("steps", steps),)))
         if self.s.forloop > 1:
             for kind in g.accum_kinds:
                 for i in rng:
@@ -538,6 +545,12 @@ class _BlockCtx:
                 st.pruned["shape"] += 1
                 return None
             e = O.accum_absexpr(g.T, k, xs[0].expr, xs[0].shape, self.s.forloop, self.dimx)
+        elif kind == "chain":
+            try:
+                shape, e = chain_apply(g.T, ad["steps"], xs[0].shape, xs[0].expr)
+            except O.ShapeError:
+                st.pruned["shape"] += 1
+                return None
         else:
             try:
                 shape = tuple(O.OPS[kind].shape([x.shape for x in xs], ad))
@@ -641,7 +654,7 @@ class _BlockCtx:
                 tags.append(tg or frozenset())
                 classes.append(cl)
             return tuple(tags), a.partial | b.partial, tuple(classes)
-        if kind in UNARY or kind == "rms_norm":
+        if kind in UNARY or kind in ("rms_norm", "chain"):
             x = xs[0]
             if x.partial:
                 return None
@@ -763,6 +776,70 @@ class _BlockCtx:
         op = ("graph_def", tuple(self.I), self.s.grid, self.s.forloop, self.dimx, self.s.maps,
               tuple((k, i, a) for k, i, a, _ in self.ops), tuple(omaps))
         return g._push(self.st, op, new, self.I)
+
+
+def constant_chains(ref) -> list:
+    """Maximal chains of element-wise reference ops whose other operands are constants
+    (`mul(t, c1) -> add(., eps) -> rsqrt(.)`), holding at least one constant: each is
+    one block op `chain` (the constants are block-level operands, built as
+    `tb.constant`). Steps: (kind, constant position or -1, value, shape)."""
+    const = {id(op.outputs[0]): op for op in ref.ops if op.kind == "constant"}
+    users: dict = {}
+    producer = {}
+    for op in ref.ops:
+        for t in op.inputs:
+            users.setdefault(id(t), []).append(op)
+        for t in op.outputs:
+            producer[id(t)] = op
+    outs = {id(t) for t in ref.outputs}
+
+    def step(op):
+        if op.kind not in ELEMENTWISE or not op.outputs:
+            return None
+        nc = [k for k, t in enumerate(op.inputs) if id(t) not in const]
+        if len(nc) != 1:
+            return None
+        if len(op.inputs) == 1:
+            return (op.kind, -1, 0.0, ())
+        c = const[id(op.inputs[1 - nc[0]])]
+        return (op.kind, 1 - nc[0], float(c.attrs["value"]), tuple(c.attrs["shape"]))
+
+    out = []
+    for op in ref.ops:
+        st = step(op)
+        if st is None:
+            continue
+        x = op.inputs[[k for k, t in enumerate(op.inputs) if id(t) not in const][0]]
+        prev = producer.get(id(x))
+        if prev is not None and step(prev) is not None and len(users.get(id(x), [])) == 1:
+            continue  # not the start of a chain
+        steps = [st]
+        cur = op
+        while True:
+            us = users.get(id(cur.outputs[0]), [])
+            if len(us) != 1 or step(us[0]) is None or id(cur.outputs[0]) in outs:
+                break
+            cur = us[0]
+            steps.append(step(cur))
+        if any(s[1] >= 0 for s in steps) and tuple(steps) not in out:
+            out.append(tuple(steps))
+    return out
+
+
+def chain_apply(T, steps, shape, e):
+    """(shape, abstract expression) of a constant chain applied to a tile."""
+    for kind, pos, value, cshape in steps:
+        d = O.OPS[kind]
+        if pos < 0:
+            e = d.absexpr(T, [e], [shape], {})
+            continue
+        shs = [shape, cshape] if pos == 1 else [cshape, shape]
+        es = [e, T.const()] if pos == 1 else [T.const(), e]
+        new = tuple(d.shape(shs, {}))
+        if new != tuple(shape):
+            raise O.ShapeError("a chain constant broadcasts the tile")
+        e = d.absexpr(T, es, shs, {})
+    return tuple(shape), e
 
 
 def _out_classes(kind, xs, shape, ad):

@@ -1,0 +1,213 @@
+"""Input prologues: per-input normalizations searched as inputs and folded back.
+
+A *prologue* of reference input X is the set of reference ops that depend on X alone
+(plus constants): element-wise ops, reductions and rms_norm, ending in one tensor
+`X'` of X's shape that is all the rest of the program reads of X (QKNorm: `Q' =
+rms_norm(Q) * 0.125`, `K' = K / sqrt(sum(K², 1) / 64)`). Searching the program with the
+prologue ops in the block-graph space makes the space explode (raw-input products are
+subexpressions of the normalized ones, so abstract-expression pruning keeps them); so
+the search runs on the *core* program, whose inputs are the X' (same shapes), and every
+complete candidate is folded back before it is built, costed and verified against the
+whole reference:
+
+- a graph-defined kernel that reads X' with a tile in which every dim the prologue
+  reduces is whole (not split by a grid dim or the for-loop) gets the prologue ops as
+  block ops right after its input iterator (the norm is recomputed per block, as in the
+  hand-written QKNorm μGraph);
+- otherwise (a pre-defined op reads X', or some reader splits a reduced dim) the
+  prologue runs once as pre-defined kernel ops before the candidate.
+
+Enabled by `SearchConfig.prologues` (the `attention` preset). Candidates are still
+checked against the reference (float64 + formal verifier) like every other.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.graph import KNGraph
+
+ALLOWED = ("add", "sub", "mul", "div", "sqrt", "rsqrt", "square", "reduction", "rms_norm")
+
+
+@dataclass
+class Prologue:
+    input: int  # reference input index
+    ops: list  # reference op indices (constants included), in program order
+    frontier: object  # the tensor X'
+    reduced: tuple  # dims the prologue reduces over
+
+
+@dataclass
+class Prologues:
+    ref: KNGraph
+    core: KNGraph
+    prologues: dict  # input index -> Prologue
+
+    def fold(self, plan):
+        return fold(self, plan)
+
+
+def analyze(ref: KNGraph) -> Prologues | None:
+    """The prologues of `ref` and its core program, or None if it has none."""
+    if any(op.kind == "graph_def" for op in ref.ops):
+        return None
+    const_of = {id(op.outputs[0]): j for j, op in enumerate(ref.ops) if op.kind == "constant"}
+    found = {}
+    claimed: set = set()
+    for k, X in enumerate(ref.inputs):
+        D = {id(X)}
+        ops_in = []
+        for j, op in enumerate(ref.ops):
+            if op.kind == "constant":
+                continue
+            nonconst = [t for t in op.inputs if id(t) not in const_of]
+            if nonconst and all(id(t) in D for t in nonconst) and op.kind in ALLOWED:
+                D.add(id(op.outputs[0]))
+                ops_in.append(j)
+        if not ops_in:
+            continue
+        sel = set(ops_in)
+        boundary = {id(t) for t in ref.outputs if id(t) in D}
+        for j, op in enumerate(ref.ops):
+            if j not in sel and op.kind != "constant":
+                boundary |= {id(t) for t in op.inputs if id(t) in D}
+        if len(boundary) != 1:
+            continue
+        fr = next(op.outputs[0] for j, op in enumerate(ref.ops) if id(op.outputs[0]) in boundary) \
+            if id(X) not in boundary else None
+        if fr is None or tuple(fr.shape) != tuple(X.shape):
+            continue
+        # keep only the ops the frontier needs, with their constants
+        need = {id(fr)}
+        keep = []
+        for j in reversed(range(len(ref.ops))):
+            op = ref.ops[j]
+            if id(op.outputs[0]) in need and (j in sel or op.kind == "constant"):
+                keep.append(j)
+                need |= {id(t) for t in op.inputs}
+        keep.reverse()
+        red = set()
+        for j in keep:
+            op = ref.ops[j]
+            r = len(op.inputs[0].shape) if op.inputs else 0
+            if op.kind == "reduction":
+                red.add(op.attrs["dim"] % r)
+            elif op.kind == "rms_norm":
+                ns = op.attrs.get("normalized_shape") or (1,)
+                red |= set(range(r - len(ns), r))
+        found[k] = Prologue(k, keep, fr, tuple(sorted(red)))
+        claimed |= {j for j in keep if ref.ops[j].kind != "constant"}
+    if not found:
+        return None
+    # the core program: the frontiers become the inputs
+    core = KNGraph(ref.name)
+    env = {}
+    for k, X in enumerate(ref.inputs):
+        t = core.new_input(X.shape, dtype=X.dtype)
+        env[id(found[k].frontier) if k in found else id(X)] = t
+    for k, s in ref.strides.items():
+        core.strides[k] = s
+    for j, op in enumerate(ref.ops):
+        if j in claimed:
+            continue
+        if op.kind == "constant":
+            if not any(id(op.outputs[0]) in {id(t) for t in o.inputs}
+                       for jj, o in enumerate(ref.ops) if jj not in claimed):
+                continue
+            env[id(op.outputs[0])] = core.constant(op.attrs["value"], op.attrs["shape"], op.outputs[0].dtype)
+            continue
+        xs = [env[id(t)] for t in op.inputs]
+        env[id(op.outputs[0])] = getattr(core, op.kind)(*xs, **op.attrs)
+    for t in ref.outputs:
+        core.mark_output(env[id(t)])
+    return Prologues(ref, core, found)
+
+
+def _prologue_ops(P: Prologues, p: Prologue, first: int, src: int):
+    """The prologue as plan ops over a tensor list whose next index is `first`, reading
+    the raw input at index `src`: (ops as (kind, ins, attrs), index of X')."""
+    ref = P.ref
+    idx = {id(ref.inputs[p.input]): src}
+    out = []
+    n = first
+    for j in p.ops:
+        op = ref.ops[j]
+        attrs = tuple(sorted(op.attrs.items()))
+        out.append((op.kind, tuple(idx[id(t)] for t in op.inputs), attrs))
+        idx[id(op.outputs[0])] = n
+        n += 1
+    return out, idx[id(p.frontier)]
+
+
+def _foldable(p: Prologue, grid, forloop, imap, fmap) -> bool:
+    for g, d in zip(grid, imap):
+        if g > 1 and d in p.reduced:
+            return False
+    if forloop > 1 and fmap in p.reduced:
+        return False
+    return True
+
+
+def fold(P: Prologues, plan):
+    """A core-program plan -> a plan over the reference's inputs (see the module doc)."""
+    ops, outs = plan
+    n = len(P.ref.inputs)
+    # which prologues fold into every reader
+    fold_in = {}
+    for k, p in P.prologues.items():
+        ok = True
+        for op in ops:
+            if op[0] == "op":
+                if k in op[2]:
+                    ok = False
+            else:
+                _, I, grid, forloop, dimx, maps, bops, omaps = op
+                for i, (imap, fmap) in zip(I, maps):
+                    if i == k and not _foldable(p, grid, forloop, imap, fmap):
+                        ok = False
+        fold_in[k] = ok
+    prefix = []
+    remap = {}
+    m = n
+    for k, p in sorted(P.prologues.items()):
+        if fold_in[k]:
+            continue
+        pops, fr = _prologue_ops(P, p, m, k)
+        for kind, ins, attrs in pops:
+            prefix.append(("op", kind, ins, attrs))
+        m += len(pops)
+        remap[k] = fr
+    shift = m - n
+
+    def r(i):
+        if i < n:
+            return remap.get(i, i)
+        return i + shift
+
+    new_ops = list(prefix)
+    for op in ops:
+        if op[0] == "op":
+            new_ops.append(("op", op[1], tuple(r(i) for i in op[2]), op[3]))
+            continue
+        _, I, grid, forloop, dimx, maps, bops, omaps = op
+        ni = len(I)
+        pre = []
+        tile_of = {}
+        t = ni
+        for pos, i in enumerate(I):
+            if i < n and i in P.prologues and fold_in[i]:
+                pops, fr = _prologue_ops(P, P.prologues[i], t, pos)
+                pre += pops
+                t += len(pops)
+                tile_of[pos] = fr
+        q = t - ni
+
+        def rt(j):
+            if j < ni:
+                return tile_of.get(j, j)
+            return j + q
+
+        nb = pre + [(kind, tuple(rt(j) for j in ins), attrs) for kind, ins, attrs in bops]
+        no = tuple((rt(k), om) for k, om in omaps)
+        new_ops.append(("graph_def", tuple(r(i) for i in I), grid, forloop, dimx, maps, tuple(nb), no))
+    return (tuple(new_ops), tuple(r(i) for i in outs))
