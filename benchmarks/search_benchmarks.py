@@ -13,11 +13,42 @@ import sys
 sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "python"),
                 os.path.join(os.path.dirname(__file__), "..", "examples")]
 
-from benchmarks import BENCHMARKS  # noqa: E402
+import mirage as mi  # noqa: E402
+from benchmarks import BENCHMARKS, Benchmark, _rmsnorm_shapes, rmsnorm_numpy  # noqa: E402
 from mirage.search import superoptimize  # noqa: E402
 from mirage.search.cost import cost  # noqa: E402
 
-PRESET = {"rmsnorm_linear": ("mlp", {}), "gated_mlp": ("mlp", {}), "lora": ("lora", {}),
+def rmsnorm_eps_reference(bs=1, eps=1e-6):
+    """RMSNorm with eps as PyTorch modules write it (x * rsqrt(mean(x², -1) + eps) * g) + Linear."""
+    g = mi.new_kernel_graph("rmsnorm_eps_linear")
+    X, G, W = (g.new_input(s) for s in _rmsnorm_shapes(bs))
+    ms = g.mul(g.reduction(g.square(X), 1), g.constant(1.0 / 4096, (1, 1)))
+    r = g.rsqrt(g.add(ms, g.constant(eps, (1, 1))))
+    g.mark_output(g.matmul(g.mul(g.mul(X, r), G), W))
+    return g
+
+
+def rmsnorm_eps_fused(bs=1, cols=64, krows=64, eps=1e-6):
+    """The hand-written single kernel: sum of squares accumulated beside the matmul."""
+    g = mi.new_kernel_graph("rmsnorm_eps_linear")
+    X, G, W = (g.new_input(s) for s in _rmsnorm_shapes(bs))
+    tb = mi.new_threadblock_graph(grid_dim=(6144 // cols, 1, 1), block_dim=(128, 1, 1),
+                                  forloop_range=4096 // krows, reduction_dimx=64)
+    tX = tb.new_input(X, input_map=(-1, -1, -1), forloop_dim=1)
+    tG = tb.new_input(G, input_map=(-1, -1, -1), forloop_dim=0)
+    tW = tb.new_input(W, input_map=(1, -1, -1), forloop_dim=0)
+    tS = tb.forloop_accum(tb.matmul(tb.mul(tX, tG), tW))
+    ss = tb.forloop_accum(tb.square(tX), "sum")
+    r = tb.rsqrt(tb.add(tb.mul(ss, tb.constant(1.0 / 4096, (1, 1))), tb.constant(eps, (1, 1))))
+    tb.new_output(tb.mul(tS, r), output_map=(1, -1, -1))
+    g.mark_output(g.customized([X, G, W], tb)[0])
+    return g
+
+
+BENCHMARKS = dict(BENCHMARKS, rmsnorm_eps_linear=Benchmark(
+    "rmsnorm_eps_linear", _rmsnorm_shapes, rmsnorm_eps_reference, rmsnorm_eps_fused, rmsnorm_numpy))
+
+PRESET = {"rmsnorm_linear": ("mlp", {}), "rmsnorm_eps_linear": ("mlp", {}), "gated_mlp": ("mlp", {}), "lora": ("lora", {}),
           "gqa": ("attention", {}), "qknorm_attention": ("attention", {}),
           # one row-wise block graph of the element-wise chain (as the paper's nTrans kernel)
           "ntrans": (None, dict(max_kernel_ops=1, max_graph_defs=1, max_block_ops=9, max_block_outputs=1,
@@ -27,6 +58,7 @@ PRESET = {"rmsnorm_linear": ("mlp", {}), "gated_mlp": ("mlp", {}), "lora": ("lor
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("names", nargs="*", default=list(PRESET))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "search_benchmarks.md"))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=600)
     a = ap.parse_args()
@@ -57,8 +89,7 @@ def main():
                    f"{res.stats.states} | {res.stats.candidates} | {res.stats.formal - res.stats.formal_rejected} | "
                    f"{c.time_us:.2f} us | {c.cost.launches} | "
                    f"{cost(b.fused(1)).time * 1e6:.2f} us | {res.reference_cost.time * 1e6:.2f} us | {found} |")
-    path = os.path.join(os.path.dirname(__file__), "results", "search_benchmarks.md")
-    with open(path, "w") as f:
+    with open(a.out, "w") as f:
         f.write("\n".join(out) + "\n")
     print("\n".join(out))
 
