@@ -79,6 +79,12 @@ class _Builder:
     def __init__(self):
         self.ops: list[Op] = []
 
+    def default_dtype(self) -> dtype:
+        """The element type of the graph's first input (float16 for a graph without one)."""
+        first = self.inputs[0] if getattr(self, "inputs", None) else None
+        t = getattr(first, "stensor", first)  # block graphs keep input records
+        return t.dtype if t is not None else float16
+
     def _own(self, t: Tensor) -> None:
         if not isinstance(t, self.tensor_cls):
             raise GraphError(f"[nesting] expected a {self.tensor_cls.__name__} of this graph, got {t!r}")
@@ -125,8 +131,10 @@ class _TensorOps(_Builder):
     def transpose(self, A, permutation): return self._op("transpose", [A], permutation=tuple(permutation))
     def repeat(self, A, repeats): return self._op("repeat", [A], repeats=tuple(repeats))
 
-    def constant(self, value: float, shape=(1,), dtype: dtype = float16):
-        return self._op("constant", [], dtype, value=float(value), shape=tuple(shape))
+    def constant(self, value: float, shape=(1,), dtype: dtype | None = None):
+        """A tensor of `shape` filled with `value`; its element type defaults to the
+        graph's (that of its first input), so constants never mix precisions by accident."""
+        return self._op("constant", [], dtype or self.default_dtype(), value=float(value), shape=tuple(shape))
 
 
 # -- kernel graph -------------------------------------------------------------------------
@@ -460,8 +468,8 @@ class THGraph(_Builder):
         self.inputs = [Scalar((), d, "input", k) for k, d in enumerate(input_dtypes)]
         self.outputs: list[Scalar] = []
 
-    def constant(self, value: float, dtype: dtype = float16):
-        return self._op("constant", [], dtype, value=float(value), shape=())
+    def constant(self, value: float, dtype: dtype | None = None):
+        return self._op("constant", [], dtype or self.default_dtype(), value=float(value), shape=())
 
     def output(self, s: Scalar) -> None:
         self._own(s)
