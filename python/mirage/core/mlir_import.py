@@ -12,7 +12,7 @@ from .graph import KNGraph, TBGraph, THGraph, new_thread_graph
 from .ops import ACCUMULATORS, OPS
 
 
-class ImportError_(ValueError):
+class MLIRImportError(ValueError):
     """MLIR that has no μGraph meaning (an op of another dialect, say)."""
 
 
@@ -53,7 +53,7 @@ def _attr(op, *names):
     for n in names:
         if n in attrs:
             return attrs[n]
-    raise ImportError_(f"{op.name} at {op.location}: missing attribute {' or '.join(names)}")
+    raise MLIRImportError(f"{op.name} at {op.location}: missing attribute {' or '.join(names)}")
 
 
 _MAP_ENTRY = re.compile(r"([xyzi])\s*->\s*(-?\d+)")
@@ -103,21 +103,11 @@ def _ops(block):
     return [o.operation for o in block.operations]
 
 
-class _Env:
-    def __init__(self):
-        self.vals: dict = {}
+class _Env(dict):
+    """mlir Value (hashed by the underlying value) -> model tensor."""
 
-    def key(self, v):
-        return v  # mlir Values hash by identity of the underlying value
-
-    def __setitem__(self, v, t):
-        self.vals[self.key(v)] = t
-
-    def __getitem__(self, v):
-        try:
-            return self.vals[self.key(v)]
-        except KeyError:
-            raise ImportError_(f"value {v.get_name()} is used outside its graph") from None
+    def __missing__(self, v):
+        raise MLIRImportError(f"value {v.get_name()} is used outside its graph")
 
 
 def _import_thread_graph(op, env: _Env, tb: TBGraph):
@@ -133,7 +123,7 @@ def _import_thread_graph(op, env: _Env, tb: TBGraph):
                 th.output(inner[v])
             continue
         if not name.startswith("th."):
-            raise ImportError_(f"{name} at {o.location}: not a thread-graph op")
+            raise MLIRImportError(f"{name} at {o.location}: not a thread-graph op")
         inner[o.results[0]] = _apply(th, name[3:], o, [inner[v] for v in o.operands])
     outs = tb.thread_graph([env[v] for v in op.operands], th)
     for r, t in zip(op.results, outs):
@@ -154,7 +144,7 @@ def _import_graph_def(op, env: _Env, g: KNGraph):
             src = o.operands[0]
             k = next((i for i, a in enumerate(args) if a == src), None)
             if k is None:
-                raise ImportError_(f"tb.input at {o.location} must read a region argument")
+                raise MLIRImportError(f"tb.input at {o.location} must read a region argument")
             imap, loop = parse_map(str(_attr(o, "map")))
             inner[o.results[0]] = tb.new_input(dts[k], imap, loop)
             reads.append(dts[k])
@@ -169,7 +159,7 @@ def _import_graph_def(op, env: _Env, g: KNGraph):
         elif name.startswith("tb."):
             inner[o.results[0]] = _apply(tb, name[3:], o, [inner[v] for v in o.operands])
         else:
-            raise ImportError_(f"{name} at {o.location}: not a block-graph op")
+            raise MLIRImportError(f"{name} at {o.location}: not a block-graph op")
     outs = g.customized(reads, tb)
     for r, t in zip(op.results, outs):
         env[r] = t
@@ -201,7 +191,7 @@ def _import_function(func) -> KNGraph:
         elif name.startswith("kn.") and name[3:] in OPS:
             env[op.results[0]] = _apply(g, name[3:], op, [env[v] for v in op.operands])
         else:
-            raise ImportError_(f"{name} at {op.location}: not a kernel-graph op")
+            raise MLIRImportError(f"{name} at {op.location}: not a kernel-graph op")
     return g
 
 
