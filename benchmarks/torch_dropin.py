@@ -31,51 +31,16 @@ import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+from torch_modules import GatedMLP, RMSNormLinear, WithUnsupported  # noqa: E402
 
 
-class RMSNormLinear(nn.Module):
-    def __init__(self, d=4096, n=6144):
-        super().__init__()
-        self.g = nn.Parameter(torch.rand(d) + 0.5)
-        self.w = nn.Linear(d, n, bias=False)
-
-    def forward(self, x):
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.g
-        return self.w(x)
-
-
-class GatedMLP(nn.Module):
-    def __init__(self, d=4096, h=4096):
-        super().__init__()
-        self.w1 = nn.Linear(d, h, bias=False)
-        self.w2 = nn.Linear(d, h, bias=False)
-
-    def forward(self, x):
-        return F.silu(self.w1(x)) * self.w2(x)
-
-
-class WithUnsupported(nn.Module):
-    """abs and log have no kn equivalent: they stay a PyTorch segment between kn ones."""
-
-    def __init__(self, d=1024):
-        super().__init__()
-        self.w1 = nn.Linear(d, d, bias=False)
-        self.w2 = nn.Linear(d, d, bias=False)
-
-    def forward(self, x):
-        y = self.w1(x) * 0.5
-        z = torch.log(y.abs() + 1.0)
-        return self.w2(z) + y
-
-
-CASES = {  # name: (module class, example input shape)
-    "rmsnorm_linear": (RMSNormLinear, (16, 4096)),
-    "gated_mlp": (GatedMLP, (8, 4096)),
-    "unsupported_op": (WithUnsupported, (16, 1024)),
+CASES = {  # name: (module, example input shape), at benchmark sizes of DESIGN.md
+    "rmsnorm_linear": (lambda: RMSNormLinear(4096, 6144), (16, 4096)),
+    "gated_mlp": (lambda: GatedMLP(4096, 4096), (8, 4096)),
+    "unsupported_op": (lambda: WithUnsupported(1024), (16, 1024)),
 }
 
 

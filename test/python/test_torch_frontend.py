@@ -8,7 +8,9 @@ TOSA stores in float32 (eps, 1/n, 1/sqrt(2)), which move results by ~1e-7 relati
 hence rtol = atol = 1e-5 after scaling by the output's magnitude.
 """
 import copy
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,86 +24,11 @@ import torch.nn.functional as F  # noqa: E402
 
 import mirage.torch as mt  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from torch_modules import (Attention, Block, GatedMLP, LoRA, NTrans, QKNormAttention,  # noqa: E402
+                           RMSNormLinear)
+
 TOL = 1e-5
-
-
-class RMSNormLinear(nn.Module):
-    def __init__(self, d=64, n=96):
-        super().__init__()
-        self.g = nn.Parameter(torch.rand(d) + 0.5)
-        self.w = nn.Linear(d, n, bias=False)
-
-    def forward(self, x):
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.g
-        return self.w(x)
-
-
-class GatedMLP(nn.Module):
-    def __init__(self, d=64, h=128):
-        super().__init__()
-        self.w1 = nn.Linear(d, h, bias=False)
-        self.w2 = nn.Linear(d, h, bias=False)
-
-    def forward(self, x):
-        return F.silu(self.w1(x)) * self.w2(x)
-
-
-class LoRA(nn.Module):
-    def __init__(self, d=64, n=128, r=8):
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(d, n) / 8)
-        self.a = nn.Parameter(torch.randn(d, r) / 8)
-        self.b = nn.Parameter(torch.randn(r, n) / 4)
-
-    def forward(self, x):
-        return x @ self.w + (x @ self.a) @ self.b
-
-
-class Attention(nn.Module):
-    """GQA benchmark: exp-normalized attention with K stored transposed."""
-
-    def forward(self, q, k, v):
-        e = torch.exp(q @ k)
-        return (e @ v) / e.sum(-1, keepdim=True)
-
-
-class QKNormAttention(nn.Module):
-    def forward(self, q, k, v):
-        q = q / q.pow(2).mean(-1, keepdim=True).sqrt() / 8.0
-        k = k / k.pow(2).mean(1, keepdim=True).sqrt()
-        return torch.softmax(q @ k, dim=-1) @ v
-
-
-class NTrans(nn.Module):
-    def forward(self, h, x, a):
-        def norm(t):
-            return t / t.pow(2).mean(-1, keepdim=True).sqrt()
-
-        return norm(x + a * (norm(h) - x))
-
-
-class Block(nn.Module):
-    """A small pre-norm transformer block (separate q/k/v projections, softmax attention,
-    GELU MLP): an 'LLM block' beyond the six benchmarks."""
-
-    def __init__(self, d=32, heads=2):
-        super().__init__()
-        self.h = heads
-        self.g = nn.Parameter(torch.rand(d) + 0.5)
-        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
-        self.up, self.down = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
-
-    def forward(self, x):
-        B, S, D = x.shape
-        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.g
-
-        def heads(t):
-            return t.view(B, S, self.h, D // self.h).transpose(1, 2)
-
-        q, k, v = heads(self.q(y)), heads(self.k(y)), heads(self.v(y))
-        a = torch.softmax(q @ k.transpose(-1, -2) / (D // self.h) ** 0.5, dim=-1) @ v
-        x = x + self.o(a.transpose(1, 2).reshape(B, S, D))
-        return x + self.down(F.gelu(self.up(x)))
 
 
 def _rand(*shape, scale=1.0):
