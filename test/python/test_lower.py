@@ -406,3 +406,20 @@ def test_c3_sass_reads_only_written_uniform_registers(tmp_path):
     uses = re.findall(r"LDGSTS[^;]*\[R\d+\+(UR\d+)[^\]]*\], desc\[(UR\d+)\]", sass)
     assert all(a in written and b in written for a, b in uses), uses[:3]
     assert "LDGSTS" in sass
+
+
+def test_attention_frag_fusion():
+    """FlashDecoding's exp(Q@K) stays in the mma fragments: E feeds E@V's A operand and the
+    `sum` accumulator from registers (no exp element loop, no warp-row reduction, no S/E
+    tiles in shared memory); off, the old lowering."""
+    from benchmarks import gqa_fused
+
+    on = convert_to_gpu(gqa_fused(1))
+    off = convert_to_gpu(gqa_fused(1), Options(frag_fusion=False))
+    k_on, k_off = on.kernels[0], off.kernels[0]
+    assert k_on["notes"]["frag_fused"] == 1 and k_on["notes"]["warp_reductions"] == 0
+    assert k_on["smem_bytes"] == k_off["smem_bytes"] - 2 * 64 * 64 * 2
+    body = on.module.split("gpu.func @gqa_k1")[0]
+    assert body.count("math.exp") == 32  # 8 fragments x 4 values per thread, unrolled
+    assert body.count("nvgpu.ldmatrix") < off.module.split("gpu.func @gqa_k1")[0].count("nvgpu.ldmatrix")
+    assert to_ptx(gqa_fused(1))

@@ -216,6 +216,9 @@ class Options:
     layout: bool = True
     schedule: bool = True
     smem_plan: bool = True
+    # matmul -> unary op kept in the mma fragments (registers), feeding the next tensor-core
+    # matmul's A operand and `sum` accumulators directly (schedule on; `_plan_frag_fusion`)
+    frag_fusion: bool = True
 
 
 def split_ok(tb: TBGraph) -> bool:
@@ -311,6 +314,68 @@ class BlockLowering:
         K, N = a.shape[-1], b.shape[-1]
         return K % 16 == 0 and N % 8 == 0
 
+    def _warp_rows_ok(self, op: Op) -> bool:
+        """Each warp owns whole 16-row blocks of the matmul's output (all its 16x8 tiles
+        of those rows), with no clamped tiles: row-wise work on the fragments stays in the warp."""
+        M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
+        return M % 16 == 0 and tpw % NT == 0 and T == tpw * (self.nthreads // 32)
+
+    def _plan_frag_fusion(self, cons, out_ids) -> None:
+        """Matmul -> unary element-wise op kept in registers: the unary op is applied to the
+        mma fragments; its result feeds a tensor-core matmul as the A operand straight from
+        the fragments (C layout of two n-tiles = A layout of one k-step) and/or a `sum`
+        accumulator (row sums of the fragments: in-thread, then 2 shuffles in the quad).
+        Neither tile is stored in shared memory (FlashAttention-2's register reuse)."""
+        self.frag_fuse: dict[int, Op] = {}  # id(first matmul) -> its unary consumer
+        self.fused_unary: set[int] = set()
+        self.reg_tiles: set[int] = set()    # tensors that live only in registers
+        self.a_from_regs: dict[int, int] = {}  # id(second matmul) -> id(its register A operand)
+        self.sum_regs: dict[int, int] = {}     # id(sum accumulator) -> id(its register input)
+        self.reg_vals: dict[int, list] = {}
+        if not self.opts.schedule or not self.opts.frag_fusion:
+            return
+        tb = self.tb
+        pos = {id(o): j for j, o in enumerate(tb.ops)}
+        acc_mms = {id(m) for m in self.reg_acc.values()}
+        for op in tb.ops:
+            if id(op) not in self.mma_ops or id(op) in acc_mms or not self._warp_rows_ok(op):
+                continue
+            s_t = op.outputs[0]
+            c = cons.get(id(s_t), [])
+            if len(c) != 1 or c[0].kind not in scalar.UNARY or id(s_t) in out_ids:
+                continue
+            u = c[0]
+            e_t = u.outputs[0]
+            users = cons.get(id(e_t), [])
+            if id(e_t) in out_ids or not users or e_t.dtype != s_t.dtype:
+                continue
+            rows1 = self.mma_geometry(op)
+            ok = True
+            a_mm, sums = [], []
+            for o in users:
+                if (o.kind == "matmul" and id(o) in self.mma_ops and o.inputs[0] is e_t and o.inputs[1] is not e_t
+                        and self._warp_rows_ok(o)):
+                    g2 = self.mma_geometry(o)
+                    # same rows per warp, k-steps unrolled (static fragment indices)
+                    if g2[0] == rows1[0] and g2[6] // g2[4] == rows1[6] // rows1[4] and g2[1] // 16 <= self.opts.unroll_k:
+                        a_mm.append(o)
+                        continue
+                if o.kind == "forloop_accum" and o.attrs["kind"] == "sum" and id(o) not in self.reg_acc:
+                    sums.append(o)
+                    continue
+                ok = False
+            chain = [op, u] + a_mm + sums
+            if not ok or any(self.region[pos[id(x)]] != "loop" for x in chain):
+                continue
+            self.frag_fuse[id(op)] = u
+            self.fused_unary.add(id(u))
+            self.reg_tiles |= {id(s_t), id(e_t)}
+            for o in a_mm:
+                self.a_from_regs[id(o)] = id(e_t)
+            for o in sums:
+                self.sum_regs[id(o)] = id(e_t)
+        self.notes["frag_fused"] = len(self.frag_fuse)
+
     def plan(self):
         tb = self.tb
         cons = self._consumers()
@@ -338,6 +403,8 @@ class BlockLowering:
         self.sched_plan = schedule_ops(tb, enabled=True, layouts=lays)
         self.deps = _Deps(tb, lays)
         self.region = self.deps.region
+        self._plan_frag_fusion(cons, out_ids)
+        reg_mm_out |= self.reg_tiles
         self.notes["barriers_plan"] = self.sched_plan.barriers
         self.notes["swizzled"] = 0
 
@@ -808,14 +875,16 @@ class BlockLowering:
         return res
 
     def mma(self, op: Op, acc: list[str] | None) -> list[str]:
-        """C (+)= A @ B on the tensor cores; returns this warp's fragments."""
+        """C (+)= A @ B on the tensor cores; returns this warp's fragments. An A operand
+        kept in registers (`a_from_regs`) is taken from its fragments instead of ldmatrix."""
         e = self.e
         self.notes["mma"] += 1
         a, b = op.inputs
         M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
-        ta, tb_ = self.tiles[id(a)], self.tiles[id(b)]
-        va, vb = self.views2d[id(a)], self.views2d[id(b)]
-        elt = ta.elt
+        areg = self.reg_vals.get(self.a_from_regs[id(op)]) if id(op) in self.a_from_regs else None
+        ta, tb_ = (None if areg else self.tiles[id(a)]), self.tiles[id(b)]
+        va, vb = (None if areg else self.views2d[id(a)]), self.views2d[id(b)]
+        elt = tb_.elt
         tiles = self._frag_tiles(op)
         zero = e.const("0.000000e+00", "vector<2x2xf32>")
         init = acc or [zero] * tpw
@@ -826,10 +895,13 @@ class BlockLowering:
             acol = e.add(k0, acol0)
             brow = e.add(k0, arow)
             outs = []
-            for (t, mt, nt), c in zip(tiles, cs):
-                ar = e.add(e.mul(mt, 16), arow)
-                fa = e.op(f"nvgpu.ldmatrix {va}[{e.idx(ar)}, {e.idx(ta.chunk_col(e, ar, acol))}] "
-                          f"{{numTiles = 4 : i32, transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa")
+            for jj, ((t, mt, nt), c) in enumerate(zip(tiles, cs)):
+                if areg is not None:
+                    fa = self.a_frag_from_regs(areg, jj // NT, k0 // 16, elt)
+                else:
+                    ar = e.add(e.mul(mt, 16), arow)
+                    fa = e.op(f"nvgpu.ldmatrix {va}[{e.idx(ar)}, {e.idx(ta.chunk_col(e, ar, acol))}] "
+                              f"{{numTiles = 4 : i32, transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa")
                 fb = e.op(f"nvgpu.ldmatrix {vb}[{e.idx(brow)}, {e.idx(tb_.chunk_col(e, brow, e.mul(nt, 8)))}] "
                           f"{{numTiles = 2 : i32, transpose = true}} : {tb_.mtype2d} -> vector<2x2x{elt}>", "fb")
                 if elt == "bf16":
@@ -840,7 +912,7 @@ class BlockLowering:
             return outs
 
         nk = K // 16
-        if nk <= self.opts.unroll_k:
+        if areg is not None or nk <= self.opts.unroll_k:
             # unrolled, two independent accumulator chains (even / odd k-steps) per tile,
             # so consecutive mma.sync do not wait on each other
             chains = [list(init), [zero] * tpw] if nk > 1 else [list(init)]
@@ -876,6 +948,59 @@ class BlockLowering:
                  f'{", ".join(ra + rb + rc)} : ({", ".join(["i32"] * 6 + ["f32"] * 4)}) -> {st}', "mm")
         d = [e.op(f"llvm.extractvalue {r}[{i}] : {st}", "f") for i in range(4)]
         return e.op(f"vector.from_elements {', '.join(d)} : vector<2x2xf32>", "acc")
+
+    def frag_unary(self, mm: Op, u: Op, frags: list[str]) -> list:
+        """Apply the unary op `u` to the matmul's C fragments, rounding as the tiles would
+        (matmul result to its dtype, then u's result to its dtype); per fragment the four
+        values [h][q] as (rounded value, its f32)."""
+        e = self.e
+        s_elt, o_elt = mm.outputs[0].dtype.mlir, u.outputs[0].dtype.mlir
+        vals = []
+        for f in frags:
+            quad = []
+            for h in (0, 1):
+                for q in (0, 1):
+                    v = e.op(f"vector.extract {f}[{h}, {q}] : f32 from vector<2x2xf32>", "f")
+                    v = e.op(f"arith.extf {e.op(f'arith.truncf {v} : f32 to {s_elt}', 't')} : {s_elt} to f32", "f")
+                    r = e.op(f"arith.truncf {scalar.apply(e, u.kind, [v], u.attrs)} : f32 to {o_elt}", "t")
+                    quad.append((r, e.op(f"arith.extf {r} : {o_elt} to f32", "f")))
+            vals.append(quad)
+        return vals
+
+    def a_frag_from_regs(self, vals, rb: int, ks: int, elt: str) -> str:
+        """A operand (16x16, k-step ks) of row block rb of this warp from the C fragments of
+        the 16x8 tiles 2ks and 2ks+1: registers a0..a3 = (row g | g+8) x (k-half 0 | 1)."""
+        NT, vals = vals
+        t0, t1 = vals[rb * NT + 2 * ks], vals[rb * NT + 2 * ks + 1]
+        xs = [t0[0][0], t0[1][0], t0[2][0], t0[3][0], t1[0][0], t1[1][0], t1[2][0], t1[3][0]]
+        return self.e.op(f"vector.from_elements {', '.join(xs)} : vector<4x2x{elt}>", "fa")
+
+    def frag_row_sums(self, op: Op, vals) -> None:
+        """`sum` accumulator of a register tile: per row, the thread's values, then the 4
+        lanes of the quad (shuffles xor 1, 2); lane 4g adds rows g and g+8 of each row block
+        to the f32 scratch (each row is owned by one warp)."""
+        e = self.e
+        sc = self.scratch[id(op)]
+        sv = self.scratch_views[id(op)]
+        NT, vals = vals
+        rpw = len(vals) // NT
+        g = e.div(self.lane, 4)
+        lead = e.cmp("eq", e.rem(self.lane, 4), 0)
+        for rb in range(rpw):
+            for h in (0, 1):
+                v = None
+                for j in range(rb * NT, (rb + 1) * NT):
+                    for q in (0, 1):
+                        x = vals[j][2 * h + q][1]
+                        v = x if v is None else e.fbin("addf", v, x)
+                for s_ in (1, 2):
+                    sh = e.fresh("s")
+                    ok = e.fresh("ok")
+                    e.line(f"{sh}, {ok} = gpu.shuffle xor {v}, {e.const(s_, 'i32')}, {e.const(32, 'i32')} : f32")
+                    v = e.fbin("addf", v, sh)
+                row = e.add(e.mul(e.add(e.mul(self.warp, rpw), rb), 16), e.add(g, 8 * h))
+                with e.if_(lead):
+                    e.store(e.fbin("addf", e.load(sv, sc.mtype, row, "f32"), v), sv, sc.mtype, row, "f32")
 
     def store_frags(self, op: Op, frags: list[str], out: STensor, scale=None) -> None:
         """Write this warp's C fragments (rows < M) to tile `out`."""
@@ -1013,7 +1138,7 @@ class BlockLowering:
         for op in tb.ops:
             if id(op) in self.mma_ops:
                 for t in op.inputs:
-                    if id(t) not in staged:
+                    if id(t) not in staged and id(t) not in self.reg_tiles:
                         self.views2d[id(t)] = self._make_view(self.tiles[id(t)], self.tiles[id(t)].offset, True)
         self.in_base = [self._global_base(self.ins[k], rec.stensor.shape, rec.imap, rec.forloop_dim)
                         for k, rec in enumerate(tb.inputs)]
@@ -1202,13 +1327,24 @@ class BlockLowering:
                 self.new_frags[pos:pos + n] = self.mma(mm, self.frag_args[pos:pos + n])
                 return
             self.hazard(j, op.inputs, [id(op)])
-            self.accum_update(op)
+            if id(op) in self.sum_regs:
+                self.frag_row_sums(op, self.reg_vals[self.sum_regs[id(op)]])
+            else:
+                self.accum_update(op)
             self.readset.update(id(t) for t in op.inputs)
             if op.attrs["kind"] in ("sum", "mean", "rms"):  # rows combined by warps, lane 0 writes
                 self.dirty.add(id(op))
             return
         if id(op) in self.mma_ops and any(self.reg_acc.get(id(a)) is op for a in self.tb.ops):
             return  # computed by its register accumulator
+        if id(op) in self.fused_unary:
+            return  # applied to the fragments of its matmul
+        if id(op) in self.frag_fuse:
+            self.hazard(j, op.inputs, [])
+            u = self.frag_fuse[id(op)]
+            self.reg_vals[id(u.outputs[0])] = (self.mma_geometry(op)[4], self.frag_unary(op, u, self.mma(op, None)))
+            self.readset.update(id(t) for t in op.inputs)
+            return
         writes = [id(t) for t in op.outputs if id(t) in self.tiles] + ([id(op)] if id(op) in self.scratch else [])
         self.hazard(j, op.inputs, writes)
         self.emit_op(op)
