@@ -284,3 +284,30 @@ def test_missing_driver_message(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "cuda.bindings", None)
     with pytest.raises(LaunchError, match="cuda-bindings"):
         k(CAI(0x100000, (4, 8)), CAI(0x200000, (8,), "<f4"))
+
+
+def test_fast_path_reuses_the_checked_call_and_falls_back_on_a_new_signature(tmp_path):
+    """Repeated calls with torch tensors of the remembered signature skip the checks and
+    reuse the kernelParams arrays; pointers still come from this call's tensors."""
+    torch = pytest.importorskip("torch")
+    write_bundle(tmp_path, manifest(smem=64 * 1024), PTX)
+    drv = FakeDriver({"k1": 3, "k2": 2})
+    k = load(tmp_path, driver=drv)
+    k(CAI(0x100000, (4, 8)), CAI(0x200000, (8,), "<f4"), stream=7)  # loads modules, buffers
+    x, g = torch.empty(4, 8, dtype=torch.float16), torch.empty(8, dtype=torch.float32)
+    k._remember([x, g], 0)  # what a checked call with CUDA tensors leaves behind
+    dev, _, _, outs, launches, ctx = k._fast
+    k._fast = (dev, torch.device("cpu"), lambda d: 0, outs, launches, ctx)  # CPU stand-ins
+    import gc
+    gc.collect()
+    drv.launches.clear()
+    for _ in range(2):
+        x, g = torch.empty(4, 8, dtype=torch.float16), torch.empty(8, dtype=torch.float32)
+        (y,) = k(x, g)
+        buf = k._buffers[0][0][0]
+        l1, l2 = drv.launches[-2:]
+        assert l1["ptrs"] == [g.data_ptr(), x.data_ptr(), buf]
+        assert l2["ptrs"][-1] == y.data_ptr() and tuple(y.shape) == (4, 8) and y.dtype == torch.float16
+    # another signature takes the checked path (which rejects CPU tensors)
+    with pytest.raises(LaunchError):
+        k(torch.empty(4, 8, dtype=torch.float32), g)

@@ -37,6 +37,18 @@ def _np64(t) -> np.ndarray:
     return t.detach().to("cpu").double().numpy() if hasattr(t, "detach") else np.asarray(t, dtype=np.float64)
 
 
+def _lookup(module, name: str, kind: str):
+    """`module.get_parameter(name)` / `get_buffer(name)` by plain attribute access (read on
+    every call, so a replaced parameter is seen), or None when absent."""
+    m = module
+    *path, leaf = name.split(".")
+    for p in path:
+        m = getattr(m, p, None)
+        if not isinstance(m, torch.nn.Module):
+            return None
+    return (m._parameters if kind == "parameter" else m._buffers).get(leaf)
+
+
 def _apply_np(a, transforms):
     for kind, arg in transforms:
         a = np.transpose(a, arg) if kind == "transpose" else np.reshape(a, arg)
@@ -164,6 +176,7 @@ class DeployedProgram(torch.nn.Module):
         d = dict(self.__dict__)
         d["weights"], d["source"] = {}, []
         d.pop("_spec", None)
+        d.pop("_segs", None)
         return d
 
     def bind(self, module=None, weights: dict | None = None) -> "DeployedProgram":
@@ -190,11 +203,9 @@ class DeployedProgram(torch.nn.Module):
         if kind == "constant":
             return self.constants[name]
         if self.source:
-            m = self.source[0]
-            try:
-                return m.get_parameter(name) if kind == "parameter" else m.get_buffer(name)
-            except AttributeError:
-                pass
+            v = _lookup(self.source[0], name, kind)
+            if v is not None:
+                return v
         return self.weights[name]
 
     def set_mode(self, mode: str) -> None:
@@ -204,6 +215,13 @@ class DeployedProgram(torch.nn.Module):
     def segments(self) -> dict:
         return {n: m for n, m in self.gm.named_children() if isinstance(m, DeployedSegment)}
 
+    def _segment_list(self) -> list:
+        """The segments, looked up once (DeployedModule's per-call path)."""
+        segs = self.__dict__.get("_segs")
+        if segs is None:
+            segs = self.__dict__["_segs"] = list(self.segments().values())
+        return segs
+
     def to_device(self, device) -> None:
         """Move the saved weights and constants (not a bound module's) to `device`."""
         self.weights = {k: v.to(device) for k, v in self.weights.items()}
@@ -212,7 +230,10 @@ class DeployedProgram(torch.nn.Module):
     def forward(self, *args, **kwargs):
         import torch.utils._pytree as pytree
 
-        flat, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))
+        if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
+            flat = list(args)  # what tree_flatten gives for tensors alone, without its cost
+        else:
+            flat, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))
         dev = next((t.device for t in flat if isinstance(t, torch.Tensor)), None)
         state = []
         for kind, name in self.state_keys:
@@ -228,6 +249,8 @@ class DeployedProgram(torch.nn.Module):
         spec = self.__dict__.get("_spec")
         if spec is None:
             spec = self.__dict__["_spec"] = pytree.treespec_loads(self.out_spec)
+        if spec.is_leaf():
+            return outs[0]
         return pytree.tree_unflatten(list(outs), spec)
 
 
@@ -279,10 +302,11 @@ class DeployedModule(torch.nn.Module):
             mode = "torch"
         elif self._failed:
             mode = "torch"
-        elif not any(s.bundle_path or s.kernel for s in self.program.segments().values()):
+        elif not any(s.bundle_path or s.kernel for s in self.program._segment_list()):
             self._warn_once("kernels", "no compiled kernels in this module", "running the exported graph in PyTorch")
             mode = "torch"
-        self.program.set_mode(mode)
+        for s in self.program._segment_list():
+            s.mode = mode
         if mode == "torch":
             return self.program(*args)
         try:

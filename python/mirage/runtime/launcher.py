@@ -24,7 +24,11 @@ torch allocates the outputs (torch's allocator is capture-aware).
 Intermediate buffers (`buffers` in the manifest) are allocated and zeroed once per device and
 reused by every call (split for-loops keep self-resetting arrival counters there): two
 calls of the same `Kernel` must not run concurrently on
-different streams.
+different streams (nor from different threads: the fast path below reuses its argument arrays).
+
+Fast path: after a checked call with torch tensors (no `stream=`, no `out=`), a call with torch
+tensors of the same shapes, strides, dtypes and device skips the checks (only the new pointers'
+alignment is checked) and reuses the kernelParams arrays; it launches on torch's current stream.
 """
 from __future__ import annotations
 
@@ -215,6 +219,10 @@ class Kernel:
         self._buffers: dict[int, list] = {}         # device -> [(ptr, keepalive)]
         self._ptx_images = {name: ctypes.create_string_buffer(text.encode())
                             for name, text in self.bundle.ptx.items()}
+        # fast path (torch tensors, default stream, no out=): the per-call state of the last
+        # call that passed every check, keyed by the inputs' (shape, strides, dtype, device)
+        self._fast_key = None
+        self._fast = None
 
     # -- driver helpers --
     @property
@@ -316,6 +324,10 @@ class Kernel:
 
     # -- the call --
     def __call__(self, *tensors, stream=None, out=None) -> list:
+        if out is None and stream is None and self._fast_key is not None:
+            r = self._fast_call(tensors)
+            if r is not None:
+                return r
         m = self.manifest
         if len(tensors) != len(m.inputs):
             raise LaunchError(f"the bundle takes {len(m.inputs)} inputs, {len(tensors)} given")
@@ -329,9 +341,76 @@ class Kernel:
         d = self.driver
         self._check(d.cuCtxPushCurrent(self._context(device)), "cuCtxPushCurrent")
         try:
-            return self._call(views, tensors, out, device, use_torch, handle)
+            results = self._call(views, tensors, out, device, use_torch, handle)
         finally:
             d.cuCtxPopCurrent()
+        if out is None and stream is None and tensors and all(_is_torch(x) for x in tensors):
+            self._remember(tensors, device)
+        return results
+
+    # -- the fast path: repeated calls with torch tensors of one signature --
+    @staticmethod
+    def _key(tensors) -> tuple:
+        return tuple((x.shape, x.stride(), x.dtype, x.device) for x in tensors)
+
+    def _remember(self, tensors, device: int) -> None:
+        """After a checked call with torch tensors: keep what the next call with tensors of
+        the same shapes, strides, dtypes and device can reuse (the checks' verdict, the
+        functions, buffers, output allocation arguments, the kernelParams arrays)."""
+        t = _torch()
+        funcs, bufs = self._funcs.get(device), self._buffers.get(device)
+        if t is None or funcs is None or bufs is None:
+            return
+        raw = getattr(t._C, "_cuda_getCurrentRawStream", None)
+        outs = [(tuple(spec.shape), {"f16": t.float16, "bf16": t.bfloat16, "f32": t.float32}[spec.dtype])
+                for spec in self.manifest.outputs]
+        launches = []
+        for k, f in zip(self.manifest.kernels, funcs):
+            vals = [ctypes.c_void_p(0) for _ in k.args]
+            params = (ctypes.c_void_p * max(len(vals), 1))(*[ctypes.addressof(v) for v in vals])
+            slots = [(v, a.kind, a.index) for v, a in zip(vals, k.args)]
+            for v, kind, i in slots:  # buffers never move
+                if kind == "buffer":
+                    v.value = bufs[i][0]
+            # params holds the addresses of vals: keep vals alive with it
+            launches.append((f, k, [(v, kind, i) for v, kind, i in slots if kind != "buffer"], (params, vals)))
+        self._fast = (device, t.device(f"cuda:{device}"), raw, outs, launches, self._context(device))
+        self._fast_key = self._key(tensors)
+
+    def _fast_call(self, tensors):
+        """The launch for tensors matching the remembered signature, or None (then the
+        checked path runs). Outputs come from torch's allocator, which is capture-aware, and
+        the modules and buffers exist, so nothing here depends on stream capture."""
+        t = _torch()
+        if t is None:
+            return None
+        try:
+            if self._key(tensors) != self._fast_key:
+                return None
+        except AttributeError:  # not torch tensors
+            return None
+        align = self.alignment
+        ptrs = [x.data_ptr() for x in tensors]
+        if align and any(p % align for p in ptrs):
+            return None
+        device, tdev, raw, outs, launches, ctx = self._fast
+        handle = raw(device) if raw is not None else t.cuda.current_stream(device).cuda_stream
+        results = [t.empty(shape, dtype=dt, device=tdev) for shape, dt in outs]
+        optrs = [r.data_ptr() for r in results]
+        d = self.driver
+        s = self._cu_stream(handle)
+        self._check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+        try:
+            for f, k, slots, params in launches:
+                for v, kind, i in slots:
+                    v.value = ptrs[i] if kind == "input" else optrs[i]
+                self._check(d.cuLaunchKernel(f, *k.grid, *k.block, k.smem_bytes, s,
+                                             ctypes.addressof(params[0]), 0),
+                            f"cuLaunchKernel({k.name}, grid {k.grid}, block {k.block}, "
+                            f"smem {k.smem_bytes})")
+        finally:
+            d.cuCtxPopCurrent()
+        return results
 
     def _call(self, views, tensors, out, device, use_torch, handle) -> list:
         m = self.manifest
@@ -434,3 +513,4 @@ def clear_cache(kernel: Kernel) -> None:
     kernel._funcs.clear()
     kernel._modules.clear()
     kernel._buffers.clear()
+    kernel._fast_key = kernel._fast = None
