@@ -1170,33 +1170,8 @@ class BlockLowering:
         if self.opts.schedule:
             return self.lower_scheduled(accs, inv, split)
 
-        # accumulator init, loop-invariant inputs
-        for op in accs:
-            if id(op) not in self.reg_acc:
-                self.accum_init(op)
-        for k in inv:
-            self.load_input(k, 0, None)
-        if any(self.async_in[k] for k in inv):
-            e.line("nvvm.cp.async.commit.group")
-            e.line("nvvm.cp.async.wait.group 0")
-        e.barrier()
-
-        R = self.R // split  # iterations run by this block
-        it0 = e.mul(self.sp, R)
-        # prologue of the ring: iterations 0 .. S-2
+        R, it0, reg_ops, reg_inits = self.loop_setup(accs, inv, split, wait_invariant=True)
         S = self.S
-        if S > 1:
-            for s in range(S - 1):
-                if s < R:
-                    for k in self.varying_async:
-                        self.load_input(k, e.add(it0, s), s)
-                e.line("nvvm.cp.async.commit.group")
-
-        reg_inits = []
-        reg_ops = [op for op in accs if id(op) in self.reg_acc]
-        zero = e.const("0.000000e+00", "vector<2x2xf32>")
-        for op in reg_ops:
-            reg_inits += [(zero, "vector<2x2xf32>")] * self.mma_geometry(self.reg_acc[id(op)])[-1]
         it, args, res, close = e.for_iter(0, R, 1, reg_inits or [(e.f32(0.0), "f32")])
         itg = e.add(it0, it)
         # loads of this iteration
@@ -1360,6 +1335,42 @@ class BlockLowering:
         for k in outs:
             self.save_output(k, 0)
 
+    def loop_setup(self, accs, inv, split: int, wait_invariant: bool):
+        """Before the for-loop: initialise the shared-memory accumulators, load the
+        loop-invariant inputs (with `wait_invariant`, wait for them behind a barrier;
+        the scheduled path lets its hazard analysis place that barrier), and issue the
+        cp.async ring's prologue (iterations 0 .. S-2). Returns the iterations this block
+        runs, its first iteration, the register accumulators and their loop-carried zero
+        initial values (`self.reg_pos` maps each to its first fragment)."""
+        e = self.e
+        for op in accs:
+            if id(op) not in self.reg_acc:
+                self.accum_init(op)
+        for k in inv:
+            self.load_input(k, 0, None)
+        if any(self.async_in[k] for k in inv):
+            e.line("nvvm.cp.async.commit.group")
+            if wait_invariant:
+                e.line("nvvm.cp.async.wait.group 0")
+        if wait_invariant:
+            e.barrier()
+        R = self.R // split  # iterations run by this block
+        it0 = e.mul(self.sp, R)
+        if self.S > 1:
+            for s in range(self.S - 1):
+                if s < R:
+                    for k in self.varying_async:
+                        self.load_input(k, e.add(it0, s), s)
+                e.line("nvvm.cp.async.commit.group")
+        reg_inits = []
+        reg_ops = [op for op in accs if id(op) in self.reg_acc]
+        zero = e.const("0.000000e+00", "vector<2x2xf32>")
+        self.reg_pos = {}
+        for op in reg_ops:
+            self.reg_pos[id(op)] = len(reg_inits)
+            reg_inits += [(zero, "vector<2x2xf32>")] * self.mma_geometry(self.reg_acc[id(op)])[-1]
+        return R, it0, reg_ops, reg_inits
+
     def lower_scheduled(self, accs, inv, split: int) -> KernelInfo:
         """The kernel with the optimizer's schedule: ops in depth order, a barrier only
         where `hazard` finds one needed, and one barrier per iteration of the cp.async
@@ -1371,29 +1382,8 @@ class BlockLowering:
         loop = [j for j in order if self.region[j] == "loop"]
         post = [j for j in order if self.region[j] == "post"]
         self._reset()
-        for op in accs:
-            if id(op) not in self.reg_acc:
-                self.accum_init(op)
-        for k in inv:
-            self.load_input(k, 0, None)
-        if any(self.async_in[k] for k in inv):
-            e.line("nvvm.cp.async.commit.group")
-        R = self.R // split
-        it0 = e.mul(self.sp, R)
+        R, it0, reg_ops, reg_inits = self.loop_setup(accs, inv, split, wait_invariant=False)
         S = self.S
-        if S > 1:
-            for s_ in range(S - 1):
-                if s_ < R:
-                    for k in self.varying_async:
-                        self.load_input(k, e.add(it0, s_), s_)
-                e.line("nvvm.cp.async.commit.group")
-        reg_inits = []
-        reg_ops = [op for op in accs if id(op) in self.reg_acc]
-        zero = e.const("0.000000e+00", "vector<2x2xf32>")
-        self.reg_pos = {}
-        for op in reg_ops:
-            self.reg_pos[id(op)] = len(reg_inits)
-            reg_inits += [(zero, "vector<2x2xf32>")] * self.mma_geometry(self.reg_acc[id(op)])[-1]
         it, args, res, close = e.for_iter(0, R, 1, reg_inits or [(e.f32(0.0), "f32")])
         self.frag_args = args
         self.new_frags = list(args) if reg_inits else []
