@@ -61,6 +61,18 @@ static std::string describe(Operation *op, Value v) {
   return "value";
 }
 
+/// `check` on every operand, then every result; stops at the first failure.
+template <typename Fn>
+static LogicalResult forEachValue(Operation *op, Fn check) {
+  for (Value v : op->getOperands())
+    if (failed(check(v)))
+      return failure();
+  for (Value v : op->getResults())
+    if (failed(check(v)))
+      return failure();
+  return success();
+}
+
 ArrayRef<int64_t> shapeOf(Value v) {
   return cast<RankedTensorType>(v.getType()).getShape();
 }
@@ -73,13 +85,7 @@ LogicalResult verifyStaticShapes(Operation *op) {
                              << t << " has a dynamic shape; μGraph tensors are static";
     return success();
   };
-  for (Value v : op->getOperands())
-    if (failed(check(v)))
-      return failure();
-  for (Value v : op->getResults())
-    if (failed(check(v)))
-      return failure();
-  return success();
+  return forEachValue(op, check);
 }
 
 static Type elementTypeOf(Type t) {
@@ -117,13 +123,7 @@ LogicalResult verifySameSupportedDType(Operation *op, bool requireSame) {
              << "' share one element type";
     return success();
   };
-  for (Value v : op->getOperands())
-    if (failed(check(v)))
-      return failure();
-  for (Value v : op->getResults())
-    if (failed(check(v)))
-      return failure();
-  return success();
+  return forEachValue(op, check);
 }
 
 LogicalResult verifyCommon(Operation *op) {

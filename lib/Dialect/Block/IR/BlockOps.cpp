@@ -167,16 +167,10 @@ LogicalResult ForloopAccumOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult ThreadGraphOp::verify() {
-  if (failed(verifyStaticShapes(getOperation())))
+  // operands and results each of a supported type, not necessarily the same one
+  if (failed(verifyStaticShapes(getOperation())) ||
+      failed(verifySameSupportedDType(getOperation(), /*requireSame=*/false)))
     return failure();
-  for (auto [k, v] : llvm::enumerate(getInputs()))
-    if (failed(verifySupportedDType(getOperation(), v,
-                                    ("operand #" + llvm::Twine(k)).str())))
-      return failure();
-  for (auto [k, v] : llvm::enumerate(getResults()))
-    if (failed(verifySupportedDType(getOperation(), v,
-                                    ("result #" + llvm::Twine(k)).str())))
-      return failure();
   // [shape]: results have the broadcast shape of the operands.
   SmallVector<int64_t> bc;
   for (Value v : getInputs()) {

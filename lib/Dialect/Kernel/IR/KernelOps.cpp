@@ -140,16 +140,10 @@ LogicalResult GraphDefOp::verify() {
                        << " tb.output ops but the kernel has " << getNumResults()
                        << " results";
   // [shape] / [dtype] on the device tensors (results may change precision).
-  if (failed(verifyStaticShapes(getOperation())))
+  // operands and results each of a supported type, not necessarily the same one
+  if (failed(verifyStaticShapes(getOperation())) ||
+      failed(verifySameSupportedDType(getOperation(), /*requireSame=*/false)))
     return failure();
-  for (auto [k, v] : llvm::enumerate(getInputs()))
-    if (failed(verifySupportedDType(getOperation(), v,
-                                    ("operand #" + llvm::Twine(k)).str())))
-      return failure();
-  for (auto [k, v] : llvm::enumerate(getResults()))
-    if (failed(verifySupportedDType(getOperation(), v,
-                                    ("result #" + llvm::Twine(k)).str())))
-      return failure();
   return success();
 }
 
