@@ -39,6 +39,16 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..", "python"), os.path.join(HERE, "..
 from gpu_check import find_bundles, make_inputs, rel_err, torch_defs  # noqa: E402
 
 
+
+def _write_table(path: str, lines: list) -> None:
+    """Write the markdown table to `path` and print it."""
+    text = "\n".join(lines) + "\n"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    print()
+    print(text)
+
 def bench_fn(fn, n_sets):
     """do_bench median (µs) of fn(i) cycling i over the input sets."""
     import torch
@@ -186,12 +196,7 @@ def table(a) -> int:
             t, err, ok = r[v]
             cells.append(f"{t:.1f}" + ("" if v == "fused" else f" ({t / base:.2f}×)") + ("" if ok else " ✗"))
         lines.append(f"| {name} | {bs} | " + " | ".join(cells) + (f" | {cg:.1f} |" if cg else " | - |"))
-    text = "\n".join(lines) + "\n"
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as f:
-        f.write(text)
-    print()
-    print(text)
+    _write_table(a.out, lines)
     print(f"{bad} wrong")
     return 1 if bad else (0 if rows else 2)
 
@@ -275,12 +280,7 @@ def main(argv=None) -> int:
         lines.append(f"| {r['name']} | {r['bs']} | {r['ours']:.1f} | {r['ours_graph']:.1f} | {r['eager']:.1f} | "
                      f"{r.get('compile', float('nan')):.1f} | {r.get('compile_graph', float('nan')):.1f} | "
                      f"{r['speedup']:.2f}× | {r['gbs']:.0f} | {r['floor']:.1f} | {r['frac']:.2f} | {r['err']:.1e} |")
-    text = "\n".join(lines) + "\n"
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as f:
-        f.write(text)
-    print()
-    print(text)
+    _write_table(a.out, lines)
     return 0 if rows else 2
 
 

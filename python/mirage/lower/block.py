@@ -1079,12 +1079,18 @@ class BlockLowering:
 
         def body(cs):
             v = e.load(sv, sc.mtype, e.dot(cs, _row_major(sc.shape)), "f32")
-            if kind == "mean":
-                v = e.fbin("divf", v, e.f32(count))
-            elif kind == "rms":
-                v = e.op(f"math.sqrt {e.fbin('divf', v, e.f32(count))} : f32", "f")
-            self.write(out, cs, v)
+            self.write(out, cs, self.finish_mean_rms(kind, v, count))
         self.elementwise(out.shape, body)
+
+    def finish_mean_rms(self, kind: str, v, count: float):
+        """The accumulated sum `v` -> the accumulator's value: sum / count for `mean`,
+        sqrt(sum of squares / count) for `rms`, unchanged otherwise."""
+        e = self.e
+        if kind == "mean":
+            return e.fbin("divf", v, e.f32(count))
+        if kind == "rms":
+            return e.op(f"math.sqrt {e.fbin('divf', v, e.f32(count))} : f32", "f")
+        return v
 
     # ------------------------------------------------------------------ the kernel
     def lower(self) -> KernelInfo:
@@ -1530,11 +1536,7 @@ class BlockLowering:
             j, args, res, close = e.for_iter(0, self.split, 1, [(init, "f32")])
             close([e.fbin(comb, args[0], e.load(ws.name, ws.mtype, self.ws_index(op, j, i), "f32"))])
             v = res[0]
-            if kind == "mean":
-                v = e.fbin("divf", v, e.f32(count))
-            elif kind == "rms":
-                v = e.op(f"math.sqrt {e.fbin('divf', v, e.f32(count))} : f32", "f")
-            self.write(out, cs, v)
+            self.write(out, cs, self.finish_mean_rms(kind, v, count))
         self.elementwise(out.shape, body)
 
     def _finish(self) -> KernelInfo:
