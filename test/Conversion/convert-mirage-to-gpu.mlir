@@ -105,14 +105,19 @@ module {
 
 // -----
 
-// Pre-defined kernel ops: one simple kernel each (one thread per output element);
-// the matmul result is an intermediate buffer between them.
+// Pre-defined kernel ops: one kernel each, lowered from its default block graph
+// (lower/predefined.py) like a graph-defined kernel: the matmul copies its tiles with
+// cp.async and runs on the tensor cores; relu is a 16-byte-vectorized element loop.
+// The matmul result is an intermediate buffer between them.
 // CHECK-LABEL: gpu.module @ref_kernels
 // CHECK-SAME: \22buffers\22: [{\22shape\22: [4, 32], \22dtype\22: \22f16\22}]
 // CHECK: gpu.func @ref_k0(
-// CHECK: math.fma
+// CHECK: nvgpu.device_async_copy
+// CHECK: nvgpu.mma.sync
 // CHECK: gpu.func @ref_k1(
+// CHECK: nvgpu.device_async_copy
 // CHECK: arith.maximumf
+// CHECK: vector.store {{.*}}alignment = 16
 // PTX-LABEL: gpu.binary @ref_kernels
 // PTX-SAME: .entry ref_k0(
 // PTX-SAME: .entry ref_k1(

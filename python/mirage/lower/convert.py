@@ -1,8 +1,9 @@
 """`convert-mirage-to-gpu` on the Python μGraph model: KNGraph -> `gpu.module` text plus
 the launch plan (which kernels, in which order, on which tensors).
 
-Every kernel-graph op becomes one kernel: a graph-defined kernel through
-`block.BlockLowering`, a pre-defined op through `kernels.lower_kn_op`. Device tensors
+Every kernel-graph op becomes one kernel (two with a split for-loop and no folded
+combine), lowered by `block.BlockLowering` from its block graph: a graph-defined
+kernel's own, or for a pre-defined op the default one of `predefined.py`. Device tensors
 that are neither inputs nor outputs become runtime-allocated buffers. Each tensor is
 passed as one bare pointer (`memref<N x T>` with the bare-pointer calling convention).
 """
@@ -12,9 +13,9 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from ..core.graph import KNGraph, row_major_strides
+from ..core.graph import KNGraph, Op, row_major_strides
 from .block import BlockLowering, GlobalArg, KernelInfo, LoweringError, Options, choose_split
-from .kernels import lower_kn_op
+from .predefined import default_block_graph
 
 
 @dataclass
@@ -67,6 +68,33 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
         return GlobalArg(nm, tuple(t.shape), tuple(strides_of(t)), t.dtype.mlir, t.dtype.itemsize)
 
     kernels, infos, texts = [], [], []
+
+    def emit(body, kname, ins, outs, args, notes):
+        """Lower one kernel op (block graph `body`): one kernel, or with a split for-loop
+        a partial kernel that folds the combine (or partial + combine kernels)."""
+        split = choose_split(body, opts)
+        if split > 1:
+            probe = BlockLowering(body, kname, ins, [], opts, "partial", split)
+            wsi = len(buffers)
+            buffers.append({"shape": [probe.ws_size], "dtype": "f32"})
+            ws = GlobalArg("%ws", (probe.ws_size,), (1,), "f32", 4)
+            stages = ((("partial", kname + "_split", outs),) if opts.fold_combine else
+                      (("partial", kname + "_partial", []), ("combine", kname + "_combine", outs)))
+            n_in = len(ins)
+            for mode, kn_, extra in stages:
+                info = BlockLowering(body, kn_, ins, extra, opts, mode, split, ws).lower()
+                kargs = args[:n_in] + [{"kind": "buffer", "index": wsi}] + (args[n_in:] if extra else [])
+                add(info, kargs, notes)
+            return
+        add(BlockLowering(body, kname, ins, outs, opts).lower(), args, notes)
+
+    def add(info, args, notes):
+        info.notes.update(notes)
+        kernels.append({"name": info.name, "grid": list(info.grid), "block": list(info.block),
+                        "smem_bytes": info.smem_bytes, "args": args, "notes": info.notes})
+        infos.append(info)
+        texts.append(info.text)
+
     for n, op in enumerate(g.ops):
         for t in op.outputs:
             if id(t) in out_slots:
@@ -74,51 +102,21 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
             else:
                 loc[id(t)] = ("buffer", len(buffers))
                 buffers.append({"shape": list(t.shape), "dtype": t.dtype.mlir})
-        kname = f"{base}_k{n}"
         ins = [gl(t, *loc[id(t)], f"%in{j}") for j, t in enumerate(op.inputs)]
         outs = [gl(t, *loc[id(t)], f"%out{j}") for j, t in enumerate(op.outputs)]
-        if op.kind == "graph_def" and choose_split(op.body, opts) > 1:
-            split = choose_split(op.body, opts)
-            probe = BlockLowering(op.body, kname, ins, [], opts, "partial", split)
-            wsi = len(buffers)
-            buffers.append({"shape": [probe.ws_size], "dtype": "f32"})
-            ws = GlobalArg("%ws", (probe.ws_size,), (1,), "f32", 4)
-            in_args = [{"kind": loc[id(t)][0], "index": loc[id(t)][1]} for t in op.inputs]
-            out_args = [{"kind": loc[id(t)][0], "index": loc[id(t)][1]} for t in op.outputs]
-            stages = ((("partial", kname + "_split", outs),) if opts.fold_combine else
-                      (("partial", kname + "_partial", []), ("combine", kname + "_combine", outs)))
-            for mode, kn_, extra in stages:
-                info = BlockLowering(op.body, kn_, ins, extra, opts, mode, split, ws).lower()
-                args = in_args + [{"kind": "buffer", "index": wsi}] + (out_args if extra else [])
-                kernels.append({"name": kn_, "grid": list(info.grid), "block": list(info.block),
-                                "smem_bytes": info.smem_bytes, "args": args, "notes": info.notes})
-                infos.append(info)
-                texts.append(info.text)
-            continue
-        if op.kind == "graph_def":
-            info = BlockLowering(op.body, kname, ins, outs, opts).lower()
-        else:
-            info = lower_kn_op(op, kname, ins, outs[0])
         args = [{"kind": loc[id(t)][0], "index": loc[id(t)][1]} for t in list(op.inputs) + list(op.outputs)]
-        kernels.append({"name": kname, "grid": list(info.grid), "block": list(info.block),
-                        "smem_bytes": info.smem_bytes, "args": args, "notes": info.notes})
-        infos.append(info)
-        texts.append(info.text)
+        if op.kind == "graph_def":
+            emit(op.body, f"{base}_k{n}", ins, outs, args, {})
+        else:  # a pre-defined op: a graph-defined kernel with its default block graph
+            emit(default_block_graph(op), f"{base}_k{n}", ins, outs, args, {"kind": op.kind})
     # outputs not written by a kernel (an input marked as output, or one tensor marked twice)
     for k, t in enumerate(g.outputs):
         if loc.get(id(t)) == ("output", k):
             continue
-        from ..core.graph import Op
-
-        kname = f"{base}_copy{k}"
         src = gl(t, *loc[id(t)], "%in0")
         dst = GlobalArg("%out0", tuple(t.shape), row_major_strides(t.shape), t.dtype.mlir, t.dtype.itemsize)
-        info = lower_kn_op(Op("copy", [t], [t]), kname, [src], dst)
-        kernels.append({"name": kname, "grid": list(info.grid), "block": list(info.block), "smem_bytes": 0,
-                        "args": [{"kind": loc[id(t)][0], "index": loc[id(t)][1]}, {"kind": "output", "index": k}],
-                        "notes": info.notes})
-        infos.append(info)
-        texts.append(info.text)
+        emit(default_block_graph(Op("copy", [t], [t])), f"{base}_copy{k}", [src], [dst],
+             [{"kind": loc[id(t)][0], "index": loc[id(t)][1]}, {"kind": "output", "index": k}], {"kind": "copy"})
     module = ("module attributes {gpu.container_module} {\n  gpu.module @" + base + "_kernels {\n"
               + "\n".join(texts) + "\n  }\n}\n")
     return Lowered(g.name, graph_hash(g), inputs, outputs, buffers, kernels, module, infos)

@@ -1,0 +1,287 @@
+"""Default block graphs for the pre-defined kernel ops.
+
+A pre-defined kernel op (any op outside a graph-defined kernel: the reference program,
+and whatever the search leaves unfused) is lowered as a graph-defined kernel whose block
+graph is chosen here. It then goes through the same emitters as the fused kernels:
+cp.async rings, tensor-core matmuls with a split for-loop where the grid is small, warp
+reductions, vectorized stores. There is no second lowering of the operators.
+
+`default_block_graph(op)` is a plain μGraph rewrite: the block graph computes exactly
+the op (tests check it with the interpreter and the verifier), and every choice it
+makes (grid, tile, loop) is visible in it. The choices:
+
+- matmul: BM x BN output tiles (64 x 64, smaller where the dims are), one block per
+  tile and batch element, a for-loop over K in BK-row steps accumulated in registers;
+  the lowering splits that loop across blocks when the grid is small (GEMV).
+- element-wise, layout ops: tiles of about `ELEMWISE_TILE` elements over up to three
+  grid dims (outermost first), a for-loop over a fourth when needed.
+- reductions and rms_norm: whole rows of the reduced dim per block (for-loop over the
+  dim, accumulated, when it is longer than `ROW_TILE`), `REDUCE_TILE` elements a block.
+"""
+from __future__ import annotations
+
+from math import gcd, prod
+
+from ..core import ops as O
+from ..core.graph import Op, TBGraph
+from .block import LoweringError
+
+THREADS = 128
+ELEMWISE_TILE = 2048  # elements of the output tile per block (element-wise and layout ops)
+REDUCE_TILE = 16384   # elements of the input tile per block (reductions, norms)
+ROW_TILE = 4096       # longest reduced extent held in one tile; longer ones loop
+MM_TILE = (64, 64, 64)  # preferred BM, BN, BK of a matmul block
+VEC = 8  # a last-dim tile of a multiple of 8 elements is copied in 16-byte chunks (f16)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _tile(n: int, pref: int, mult: int) -> int:
+    """Largest divisor of n that is <= pref and a multiple of `mult`; n when none is."""
+    ok = [d for d in _divisors(n) if d <= pref and d % mult == 0]
+    return max(ok) if ok else n
+
+
+def _partition(shape, dims, budget: int, last_vec: bool = True) -> list[tuple[int, int]]:
+    """(dim, parts) for the dims of `dims` (outermost first) that must be split so that
+    the tile has at most `budget` elements. Each split takes the fewest parts that reach
+    the budget (or all it can); the last dim keeps a multiple of VEC elements when it has
+    one, so copies stay 16-byte wide."""
+    tile = list(shape)
+    out = []
+    last = len(shape) - 1
+    for d in dims:
+        if prod(tile) <= budget:
+            break
+        n = tile[d]
+        cands = [p for p in _divisors(n) if p > 1]
+        if d == last and last_vec and n % VEC == 0:
+            cands = [p for p in cands if (n // p) % VEC == 0]
+        if not cands:
+            continue
+        rest = prod(tile) // n
+        p = next((p for p in cands if rest * (n // p) <= budget), cands[-1])
+        tile[d] = n // p
+        out.append((d, p))
+    return out
+
+
+class _Layout:
+    """Grid axes and the for-loop of a default block graph: axis k (x, y, z) splits
+    output dim `grid[k][0]` into `grid[k][1]` parts; the loop splits `loop[0]`."""
+
+    def __init__(self, splits: list[tuple[int, int]], loop: tuple[int, int] | None = None):
+        self.grid = splits[:3]
+        rest = splits[3:]
+        if rest and loop is None:
+            loop = rest[0]
+        self.loop = loop
+
+    def new_graph(self) -> TBGraph:
+        dims = [p for _, p in self.grid] + [1] * (3 - len(self.grid))
+        return TBGraph(grid_dim=dims, block_dim=(THREADS, 1, 1),
+                       forloop_range=self.loop[1] if self.loop else 1, reduction_dimx=64)
+
+    def imap(self, to_input) -> tuple[tuple, int]:
+        """(input map, for-loop dim) of an input; `to_input(out_dim)` is the input dim
+        holding output dim `out_dim`, or -1 (broadcast, or absent)."""
+        m = tuple(to_input(d) for d, _ in self.grid) + (-1,) * (3 - len(self.grid))
+        return m, (to_input(self.loop[0]) if self.loop else -1)
+
+    def omap(self) -> tuple[tuple, int]:
+        return self.imap(lambda d: d)
+
+
+def _broadcast_dim(in_shape, out_shape):
+    """Output dim -> input dim of an operand broadcast to `out_shape` (-1 where broadcast)."""
+    off = len(out_shape) - len(in_shape)
+
+    def f(d):
+        k = d - off
+        return -1 if k < 0 or (in_shape[k] == 1 and out_shape[d] != 1) else k
+    return f
+
+
+def _finish(tb: TBGraph, t, lay: _Layout):
+    omap, ofd = lay.omap()
+    tb.new_output(t, output_map=omap, forloop_dim=ofd)
+    return tb
+
+
+def _elementwise(op: Op) -> TBGraph:
+    out = op.outputs[0].shape
+    lay = _Layout(_partition(out, range(len(out)), ELEMWISE_TILE))
+    tb = lay.new_graph()
+    tiles = []
+    for t in op.inputs:
+        imap, fd = lay.imap(_broadcast_dim(t.shape, out))
+        tiles.append(tb.new_input(t, input_map=imap, forloop_dim=fd))
+    if op.kind == "copy":
+        # a copy is the identity reshape of the tile (no op stores straight from an input)
+        r = tb.reshape(tiles[0], tiles[0].shape)
+    elif op.kind == "constant":
+        tile = list(out)
+        for d, p in lay.grid:
+            tile[d] //= p
+        r = tb.constant(op.attrs["value"], tuple(tile), op.outputs[0].dtype)
+    else:
+        r = tb._op(op.kind, tiles, None, **op.attrs)
+    return _finish(tb, r, lay)
+
+
+def _reduce_layout(shape, d: int) -> _Layout:
+    """Layout of a reduction along dim d: the other dims split to REDUCE_TILE, dim d
+    whole or (longer than ROW_TILE) looped over."""
+    loop = None
+    row = shape[d]
+    if row > ROW_TILE:
+        p = next(p for p in _divisors(row) if row // p <= ROW_TILE)
+        loop, row = (d, p), row // p
+    tiled = tuple(row if k == d else n for k, n in enumerate(shape))
+    return _Layout(_partition(tiled, [k for k in range(len(shape)) if k != d], REDUCE_TILE), loop)
+
+
+def _reduction(op: Op) -> TBGraph:
+    a = op.inputs[0]
+    d = op.attrs["dim"] % len(a.shape)
+    lay = _reduce_layout(a.shape, d)
+    grid_only = _Layout(lay.grid)
+    tb = lay.new_graph()
+    imap, fd = lay.imap(lambda k: k)
+    t = tb.new_input(a, input_map=imap, forloop_dim=fd)
+    r = tb._op(op.kind, [t], None, dim=d)
+    if lay.loop:
+        r = tb.forloop_accum(r, "none" if op.kind == "reduction" else "max")
+    return _finish(tb, r, grid_only)
+
+
+def _rms_norm(op: Op) -> TBGraph:
+    a = op.inputs[0]
+    nd = len(op.attrs["normalized_shape"])
+    rank = len(a.shape)
+    inner = range(rank - nd, rank)
+    lay = _Layout(_partition(a.shape, range(rank - nd), REDUCE_TILE))
+    tb = lay.new_graph()
+    imap, fd = lay.imap(lambda k: k)
+    t = tb.new_input(a, input_map=imap, forloop_dim=fd)
+    if nd == 1:
+        r = tb.rms_norm(t)
+    else:  # x / sqrt(sum of squares over the normalized dims / count)
+        s = tb.square(t)
+        for k in inner:
+            s = tb.reduction(s, k)
+        count = tb.constant(float(prod(a.shape[rank - nd:])), (1,) * rank)
+        r = tb.div(t, tb.sqrt(tb.div(s, count)))
+    return _finish(tb, r, lay)
+
+
+def _matmul(op: Op) -> TBGraph:
+    a, b = op.inputs
+    rank = len(a.shape)
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    bm, bn, bk = MM_TILE
+    # tensor cores want tile K % 16 == 0 and N % 8 == 0; a dim that does not divide stays whole
+    BM = M if M <= bm else _tile(M, bm, 16)
+    BN = N if N <= bn else _tile(N, bn, 8)
+    BK = K if K <= bk else _tile(K, bk, 16)
+    splits = [(rank - 1, N // BN), (rank - 2, M // BM)] + [(d, a.shape[d]) for d in range(rank - 2)]
+    splits = [(d, p) for d, p in splits if p > 1]
+    for whole in (rank - 2, rank - 1):  # more than three parallel axes: keep M, then N, whole
+        if len(splits) > 3:
+            splits = [s for s in splits if s[0] != whole]
+    splits = splits[:3]  # (batch dims beyond that stay in the tile: no tensor cores)
+    loop = (None, K // BK) if K // BK > 1 else None
+    lay = _Layout(splits)
+    tb = TBGraph(grid_dim=[p for _, p in lay.grid] + [1] * (3 - len(lay.grid)), block_dim=(THREADS, 1, 1),
+                 forloop_range=loop[1] if loop else 1, reduction_dimx=64)
+
+    def side(is_a):
+        def f(d):  # output dim -> operand dim
+            if d == rank - 1:
+                return -1 if is_a else rank - 1
+            if d == rank - 2:
+                return rank - 2 if is_a else -1
+            return d
+        return f
+
+    ta = tb.new_input(a, input_map=lay.imap(side(True))[0], forloop_dim=rank - 1 if loop else -1)
+    tb_ = tb.new_input(b, input_map=lay.imap(side(False))[0], forloop_dim=rank - 2 if loop else -1)
+    r = tb.matmul(ta, tb_)
+    if loop:
+        r = tb.forloop_accum(r)
+    return _finish(tb, r, lay)
+
+
+def _transpose(op: Op) -> TBGraph:
+    a = op.inputs[0]
+    perm = op.attrs["permutation"]
+    out = op.outputs[0].shape
+    lay = _Layout(_partition(out, range(len(out)), ELEMWISE_TILE))
+    tb = lay.new_graph()
+    imap, fd = lay.imap(lambda d: perm[d])
+    return _finish(tb, tb.transpose(tb.new_input(a, input_map=imap, forloop_dim=fd), perm), lay)
+
+
+def _concat(op: Op) -> TBGraph:
+    out = op.outputs[0].shape
+    d = op.attrs["dim"] % len(out)
+    lay = _Layout(_partition(out, [k for k in range(len(out)) if k != d], ELEMWISE_TILE))
+    tb = lay.new_graph()
+    ts = []
+    for t in op.inputs:
+        imap, fd = lay.imap(lambda k: k)
+        ts.append(tb.new_input(t, input_map=imap, forloop_dim=fd))
+    return _finish(tb, tb.concat(ts[0], ts[1], d), lay)
+
+
+def _repeat(op: Op) -> TBGraph:
+    a = op.inputs[0]
+    reps = op.attrs["repeats"]
+    out = op.outputs[0].shape
+    lay = _Layout(_partition(out, [k for k in range(len(out)) if reps[k] == 1], ELEMWISE_TILE))
+    tb = lay.new_graph()
+    imap, fd = lay.imap(lambda k: k)
+    return _finish(tb, tb.repeat(tb.new_input(a, input_map=imap, forloop_dim=fd), reps), lay)
+
+
+def _reshape(op: Op) -> TBGraph:
+    """Split dim 0 of input and output alike: block k holds the same contiguous range of
+    elements of both, so the tile reshape is the tensor reshape."""
+    a = op.inputs[0]
+    out = op.outputs[0].shape
+    per_row = prod(out) // out[0]
+    common = gcd(a.shape[0], out[0])
+    p = next((p for p in _divisors(common) if per_row * (out[0] // p) <= ELEMWISE_TILE), common)
+    lay = _Layout([(0, p)] if p > 1 else [])
+    tb = lay.new_graph()
+    imap, fd = lay.imap(lambda k: k)
+    t = tb.new_input(a, input_map=imap, forloop_dim=fd)
+    return _finish(tb, tb.reshape(t, (out[0] // p,) + tuple(out[1:])), lay)
+
+
+def default_block_graph(op: Op) -> TBGraph:
+    """The block graph that computes the pre-defined kernel op `op` (inputs in order)."""
+    k = op.kind
+    try:
+        if k == "matmul":
+            return _matmul(op)
+        if k in ("reduction", "reduce_max"):
+            return _reduction(op)
+        if k == "rms_norm":
+            return _rms_norm(op)
+        if k == "transpose":
+            return _transpose(op)
+        if k == "concat":
+            return _concat(op)
+        if k == "repeat":
+            return _repeat(op)
+        if k == "reshape":
+            return _reshape(op)
+        if k == "copy" or k == "constant" or (k in O.OPS and O.OPS[k].arity in (1, 2)):
+            return _elementwise(op)
+    except Exception as e:  # a bug here must name the op, not surface as a bare traceback
+        raise LoweringError(f"[lowering] no default block graph for kernel operator '{k}' on "
+                            f"{[list(t.shape) for t in op.inputs]}: {e}") from e
+    raise LoweringError(f"[lowering] kernel operator '{k}' has no GPU lowering")
