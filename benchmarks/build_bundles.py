@@ -12,6 +12,10 @@ does not compile is reported and skipped; the exit code is 1 if any failed.
 
 Variants: `reference` (the reference program: pre-defined ops), `fused` (the hand-written
 fused μGraph), `bf16` (the fused μGraph with every f16 tensor bf16: bf16 tensor cores).
+With `--picks PICKS_DIR` (from search_picks.py, the search's default call): `search` (the
+search's pick alone, what its cost model chose) and `search-top` (a variant bundle of its
+verified top candidates plus the reference program: the runtime times them on the GPU at
+first use and keeps the fastest, `mirage.runtime.select`).
 `--options` passes `mirage.lower.Options` fields to every bundle (e.g. `stages=2,split=1`).
 `--ablation` adds, for the fused μGraphs, one variant `fused-no<opt>` per optimization
 switched off (the paper's Figure 12; `ABLATION` below) and `fused-noopt` (the three
@@ -121,6 +125,48 @@ def save(result, dest: str) -> None:
     load_bundle(dest)  # validate what was written
 
 
+def build_picks(a, names, bss, options) -> list:
+    """The `search` and `search-top` bundles from search_picks.py's directories."""
+    import glob
+    import json
+
+    from mirage.core.mlir_import import parse_mlir
+    from mirage.lower import compile as mirage_compile
+    from mirage.lower import compile_variants
+
+    failed = []
+    for name in names:
+        for bs in bss:
+            src = os.path.join(a.picks, f"{name}_bs{bs}")
+            if not os.path.isfile(os.path.join(src, "search.json")):
+                print(f"skip  {name} bs={bs}: no search pick in {a.picks}", flush=True)
+                continue
+            info = json.load(open(os.path.join(src, "search.json")))
+            ranks = sorted(glob.glob(os.path.join(src, "rank*.mlir")), key=lambda p: int(p[p.rindex("rank") + 4:-5]))
+            graphs = [(os.path.basename(p)[:-5], parse_mlir(open(p).read())[0]) for p in ranks]
+            ref = parse_mlir(open(os.path.join(src, "reference.mlir")).read())[0]
+            t0 = time.time()
+            for variant in ("search", "search-top"):
+                tag = bundle_name(name, variant, bs)
+                dest = os.path.join(a.out_dir, tag)
+                try:
+                    if variant == "search":
+                        save(mirage_compile(graphs[0][1], target=a.target, options=options), dest)
+                    else:
+                        # the reference program is a variant too (also where it ranks among the top)
+                        pool = [(n, g) for (n, g), c in zip(graphs, info["candidates"]) if not c["reference"]]
+                        if os.path.isdir(dest):
+                            shutil.rmtree(dest)
+                        compile_variants(pool + [("reference", ref)], dest, "reference", a.target, options)
+                    with open(os.path.join(dest, "search.json"), "w") as f:
+                        json.dump(info, f, indent=1)
+                    print(f"ok    {tag:44s} {time.time() - t0:6.1f} s", flush=True)
+                except Exception as e:
+                    failed.append(tag)
+                    print(f"FAIL  {tag:40s} {type(e).__name__}: {e}", flush=True)
+    return failed
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
@@ -131,6 +177,7 @@ def main(argv=None) -> int:
     ap.add_argument("--options", default="", help="mirage.lower.Options fields for every bundle, k=v,...")
     ap.add_argument("--ablation", action="store_true", help="add the fused-no<opt> variants (ABLATION)")
     ap.add_argument("--sweep", action="store_true", help="add the RMSNorm+Linear / GatedMLP schedule sweep")
+    ap.add_argument("--picks", default="", help="search_picks.py output: add the search and search-top variants")
     a = ap.parse_args(argv)
     from benchmarks import BENCHMARKS
     from mirage.lower import Options
@@ -152,6 +199,8 @@ def main(argv=None) -> int:
         jobs += sweep_jobs(names, bss)
     os.makedirs(a.out_dir, exist_ok=True)
     failed = []
+    if a.picks:
+        failed += build_picks(a, names, bss, Options(**common))
     for name, variant, bs, make, opts in jobs:
         tag = bundle_name(name, variant, bs)
         t0 = time.time()

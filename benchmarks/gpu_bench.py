@@ -12,16 +12,17 @@ launched twice: counters reset) and timed replayed from CUDA graphs, one column 
 variant with the slowdown against `fused` (all optimizations on), next to
 torch.compile + CUDA graphs.
 
-For each benchmark and bs 1 and 8 (bundles <benchmark>_<variant>_bs<bs>/ from
-build_bundles.py): our kernels (plain launches and replayed in a CUDA graph), torch
-eager, torch.compile, torch.compile replayed in a CUDA graph (manual capture, one graph
-per input set). Medians of `triton.testing.do_bench` (CUDA events; warm-up first).
-Inputs rotate over several fresh random sets so that together they exceed the L2
-cache (METHOD.md). Reports µs, speedup of our best over the best PyTorch variant,
-achieved bandwidth (minimal bytes: inputs read once + output written once, fp16)
-and the fraction of the memory floor reached (floor = those bytes at the measured
-device-to-device copy bandwidth). Checks each of our outputs first. Writes a markdown
-table with device, date and versions to --out.
+Default mode, for each benchmark and batch size (bundles <benchmark>_<variant>_bs<bs>/
+from build_bundles.py): each `--variant` column (the first is "ours": what a user gets,
+e.g. `search-top`, the search's verified top candidates chosen on this GPU), replayed
+in CUDA graphs; torch eager; F.rms_norm / scaled_dot_product_attention where they apply;
+torch.compile; torch.compile replayed in CUDA graphs. Medians of
+`triton.testing.do_bench` (CUDA events; warm-up first). Inputs rotate over several fresh
+random sets so that together they exceed the L2 cache (METHOD.md). Reports µs, the
+speedup of ours over the best PyTorch variant and their geomean, and the fraction of
+the memory floor reached (minimal bytes, inputs read once + output written once, at
+the measured device-to-device copy bandwidth). Checks every column first. Writes a
+markdown table with device, date and versions to --out.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "python"), os.path.join(HERE, "..", "examples")]
 
-from gpu_check import find_bundles, make_inputs, rel_err, torch_defs  # noqa: E402
+from gpu_check import find_bundles, make_inputs, rel_err, torch_defs, torch_library_defs  # noqa: E402
 
 
 
@@ -205,7 +206,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("bundle_dir")
     ap.add_argument("--only", default="")
-    ap.add_argument("--variant", default="fused", help="which bundles are 'ours' (fused, reference, ...)")
+    ap.add_argument("--variant", default="fused",
+                    help="bundle variants to time, comma-separated; the first is 'ours' (search-top, fused, ...)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "gpu_bench.md"))
     ap.add_argument("--l2-multiple", type=float, default=4.0, help="input sets span this many L2 sizes")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile variants")
@@ -224,62 +226,93 @@ def main(argv=None) -> int:
     from benchmarks import BENCHMARKS
 
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True
-    defs = torch_defs()
+    defs, lib = torch_defs(), torch_library_defs()
     rng = np.random.default_rng()
     props = torch.cuda.get_device_properties(0)
     l2 = getattr(props, "L2_cache_size", 50 << 20)
     bw = copy_bandwidth()
     print(f"device {props.name}, copy bandwidth {bw / 1e12:.2f} TB/s, L2 {l2 >> 20} MiB", flush=True)
-    rows = []
+    variants = [v for v in a.variant.split(",") if v]
+    found = {}
     for name, variant, bs, path in find_bundles(a.bundle_dir, tuple(x for x in a.only.split(",") if x)):
-        if variant != a.variant:
+        found.setdefault((name, bs), {})[variant] = path
+    rows = []
+    for (name, bs), paths in sorted(found.items()):
+        if variants[0] not in paths:
             continue
         bench, fn = BENCHMARKS[name], defs[name]
-        k = rt.load(path)
-        spec = k.manifest.outputs[0]
         in_bytes = sum(int(np.prod(s)) * 2 for s in bench.input_shapes(bs))
-        out_bytes = int(np.prod(spec.shape)) * 2
         n_sets = max(1, min(16, int(np.ceil(a.l2_multiple * l2 / in_bytes))))
         sets = [make_inputs(bench, bs, rng) for _ in range(n_sets)]
-        outs = [torch.empty(spec.shape, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
-        # correctness first (poisoned output)
-        outs[0].fill_(float("nan"))
-        k(*sets[0], out=[outs[0]])
-        torch.cuda.synchronize()
-        err = rel_err(outs[0], fn(*[x.float() for x in sets[0]]))
-        r = {"name": name, "bs": bs, "err": err}
-        r["ours"] = bench_fn(lambda i: k(*sets[i], out=[outs[i]]), n_sets)
-        r["ours_graph"] = bench_fn(graphed(lambda i: k(*sets[i], out=[outs[i]]), n_sets), n_sets)
+        ref0 = fn(*[x.float() for x in sets[0]])
+        out_bytes = ref0.numel() * 2
+        outs = [torch.empty(ref0.shape, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
+        r = {"name": name, "bs": bs, "cols": {}}
+        for v in variants:
+            if v not in paths:
+                continue
+            k = rt.load(paths[v])
+            # correctness first: poisoned output, fresh inputs (a variant bundle chooses here)
+            xs = make_inputs(bench, bs, rng)
+            o = torch.full(ref0.shape, float("nan"), dtype=torch.float16, device="cuda")
+            k(*xs, out=[o])
+            k(*xs, out=[o])
+            torch.cuda.synchronize()
+            err = rel_err(o, fn(*[x.float() for x in xs]))
+            t_graph = bench_fn(graphed(lambda i: k(*sets[i], out=[outs[i]]), n_sets), n_sets)
+            t_plain = bench_fn(lambda i: k(*sets[i], out=[outs[i]]), n_sets)
+            chosen = getattr(k, "report", {}).get("variant", "")
+            kernels = len(rt.load_bundle(os.path.join(paths[v], chosen) if chosen else paths[v]).manifest.kernels)
+            r["cols"][v] = dict(graph=t_graph, plain=t_plain, err=err, chosen=chosen, kernels=kernels,
+                                times=getattr(k, "report", {}).get("times_us"))
+            print(f"{name:18s} bs={bs} {v:12s} {t_plain:7.1f} / graph {t_graph:7.1f} µs  {kernels} kernel(s)"
+                  + (f"  chose {chosen} of {r['cols'][v]['times']}" if chosen else "") + f"  err {err:.1e}", flush=True)
         r["eager"] = bench_fn(lambda i: fn(*sets[i]), n_sets)
+        if name in lib:
+            lf = lib[name]
+            err = rel_err(lf(*sets[0]), ref0)
+            r["library"] = bench_fn(graphed(lambda i: lf(*sets[i]), n_sets), n_sets) if err < 1e-2 else float("nan")
         if not a.no_compile:
             cfn = torch.compile(fn, dynamic=False)
             r["compile"] = bench_fn(lambda i: cfn(*sets[i]), n_sets)
             r["compile_graph"] = bench_fn(graphed(lambda i: cfn(*sets[i]), n_sets), n_sets)
-        best_torch = min(v for key, v in r.items() if key in ("eager", "compile", "compile_graph"))
-        ours = min(r["ours"], r["ours_graph"])
-        floor_us = (in_bytes + out_bytes) / bw * 1e6
-        r.update(best_torch=best_torch, speedup=best_torch / ours, gbs=(in_bytes + out_bytes) / (ours * 1e-6) / 1e9,
-                 floor=floor_us, frac=floor_us / ours)
+        torch_keys = ("eager", "library", "compile", "compile_graph")
+        r["best_torch"] = min(r[key] for key in torch_keys if key in r and r[key] == r[key])
+        ours = r["cols"][variants[0]]["graph"]
+        r["floor"] = (in_bytes + out_bytes) / bw * 1e6
+        r["speedup"], r["frac"] = r["best_torch"] / ours, r["floor"] / ours
         rows.append(r)
-        print(f"{name:18s} bs={bs} ours {r['ours']:.1f}/{r['ours_graph']:.1f} µs  eager {r['eager']:.1f}  "
-              f"compile {r.get('compile', float('nan')):.1f}  graphs {r.get('compile_graph', float('nan')):.1f}  "
-              f"speedup {r['speedup']:.2f}x  floor {floor_us:.1f} µs ({r['frac']:.2f})  err {err:.1e}", flush=True)
-    versions = versions_line()
-    lines = [f"# GPU benchmark: mirage `{a.variant}` bundles vs PyTorch", "",
+        print(f"{name:18s} bs={bs} eager {r['eager']:.1f}  library+graph {r.get('library', float('nan')):.1f}  "
+              f"compile {r.get('compile', float('nan')):.1f}  compile+graph {r.get('compile_graph', float('nan')):.1f}  "
+              f"=> {r['speedup']:.2f}x, floor {r['floor']:.1f} µs ({r['frac']:.2f})", flush=True)
+    sp = [r["speedup"] for r in rows]
+    geo = float(np.exp(np.mean(np.log(sp)))) if sp else float("nan")
+    lines = [f"# GPU benchmark: `{variants[0]}` bundles vs PyTorch", "",
              f"- device: {props.name} (measured copy bandwidth {bw / 1e12:.2f} TB/s)",
              f"- date: {datetime.datetime.now().isoformat(timespec='minutes')}",
-             f"- versions: {versions}",
-             "- medians of triton.testing.do_bench (µs); inputs rotate over sets spanning "
-             f"{a.l2_multiple:g}× L2; 'graph' = replayed CUDA graph (one per input set)",
-             "- floor = minimal bytes (inputs once + output once) at the copy bandwidth; "
-             "fraction = floor / our best time", "",
-             "| benchmark | bs | ours | ours (graph) | eager | compile | compile+graph | speedup vs best torch "
-             "| GB/s | floor µs | fraction of floor | rel. err |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"- versions: {versions_line()}",
+             "- µs: medians of triton.testing.do_bench; our columns replayed as CUDA graphs (one per input set; "
+             f"inputs rotate over sets spanning {a.l2_multiple:g}× L2); 'library' = F.rms_norm / "
+             "scaled_dot_product_attention where they apply, replayed as a CUDA graph",
+             f"- speedup = best PyTorch (eager, library, compile, compile+graph) / `{variants[0]}`; floor = minimal "
+             "bytes (inputs once + output once) at the copy bandwidth; fraction = floor / our time",
+             f"- every column checked first against fp32 PyTorch on fresh inputs (NaN-poisoned output); rel. err of "
+             f"`{variants[0]}` shown", "",
+             "| benchmark | bs | " + " | ".join(f"{v} µs" for v in variants) + " | eager | library | compile | "
+             "compile+graph | speedup | floor µs | fraction of floor | rel. err |",
+             "|---|---|" + "---|" * (len(variants) + 8)]
     for r in rows:
-        lines.append(f"| {r['name']} | {r['bs']} | {r['ours']:.1f} | {r['ours_graph']:.1f} | {r['eager']:.1f} | "
-                     f"{r.get('compile', float('nan')):.1f} | {r.get('compile_graph', float('nan')):.1f} | "
-                     f"{r['speedup']:.2f}× | {r['gbs']:.0f} | {r['floor']:.1f} | {r['frac']:.2f} | {r['err']:.1e} |")
+        cells = []
+        for v in variants:
+            c = r["cols"].get(v)
+            cells.append("-" if c is None else f"{c['graph']:.1f} ({c['kernels']}k" + (f", {c['chosen']}" if c["chosen"] else "")
+                         + ")" + ("" if c["err"] <= a.tol else " ✗"))
+        f = lambda key: f"{r[key]:.1f}" if key in r and r[key] == r[key] else "-"
+        lines.append(f"| {r['name']} | {r['bs']} | " + " | ".join(cells) + f" | {f('eager')} | {f('library')} | "
+                     f"{f('compile')} | {f('compile_graph')} | {r['speedup']:.2f}× | {r['floor']:.1f} | {r['frac']:.2f} | "
+                     f"{r['cols'][variants[0]]['err']:.1e} |")
+    lines += ["", f"geomean speedup {geo:.2f}×; {sum(x >= 1.0 for x in sp)} of {len(sp)} rows at or above 1.0×; "
+              "(Nk) = kernels launched, and for a variant bundle the variant the runtime chose"]
     _write_table(a.out, lines)
     return 0 if rows else 2
 

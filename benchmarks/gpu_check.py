@@ -59,6 +59,23 @@ def torch_defs():
             "gqa": attention, "qknorm_attention": qknorm, "ntrans": ntrans}
 
 
+def torch_library_defs():
+    """The same functions through PyTorch's fused library ops where they apply
+    (F.rms_norm, scaled_dot_product_attention): what a user could write instead."""
+    import torch
+    import torch.nn.functional as F
+
+    def sdpa(q, k, v):  # exp-normalized attention = softmax(q k) v (scale 1); K is stored transposed
+        return F.scaled_dot_product_attention(q, k.transpose(-1, -2), v, scale=1.0)
+
+    return {"rmsnorm_linear": lambda x, g, w: F.rms_norm(x, (x.shape[-1],), g, eps=0.0) @ w,
+            "gqa": sdpa,
+            "qknorm_attention": lambda q, k, v: sdpa(F.rms_norm(q, (64,), eps=0.0) / 8.0,
+                                                     F.rms_norm(k.transpose(-1, -2), (64,), eps=0.0).transpose(-1, -2), v),
+            "ntrans": lambda h, x, a: F.rms_norm(x + a * (F.rms_norm(h, (h.shape[-1],), eps=0.0) - x),
+                                                 (x.shape[-1],), eps=0.0)}
+
+
 def find_bundles(root: str, only=()):
     """[(benchmark, variant, bs, path)] for the bundle directories under `root`."""
     from benchmarks import BENCHMARKS
@@ -66,7 +83,7 @@ def find_bundles(root: str, only=()):
     out = []
     for d in sorted(os.listdir(root)):
         p = os.path.join(root, d)
-        if not os.path.isfile(os.path.join(p, "manifest.json")):
+        if not any(os.path.isfile(os.path.join(p, f)) for f in ("manifest.json", "variants.json")):
             continue
         for name in BENCHMARKS:
             if d.startswith(name + "_"):

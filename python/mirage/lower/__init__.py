@@ -17,7 +17,7 @@ from .block import LoweringError, Options
 from .convert import Lowered, convert
 
 __all__ = ["LoweringError", "Options", "Lowered", "convert_to_gpu", "to_ptx", "compile", "call",
-           "CompiledGraph"]
+           "CompiledGraph", "compile_variants"]
 
 
 def convert_to_gpu(g, options: Options | None = None) -> Lowered:
@@ -99,6 +99,22 @@ def compile(g, target: str = "sm_90", out_dir: str | None = None,
     cg = CompiledGraph(out_dir, low, ptx, target)
     _CACHE[key] = cg
     return cg
+
+
+def compile_variants(graphs, out_dir: str, reference: str, target: str = "sm_90",
+                     options: Options | None = None) -> str:
+    """Compile several equivalent μGraphs, `graphs` = [(name, KNGraph)], into one variant
+    bundle at `out_dir` (`mirage.runtime.select`): the runtime times them on the GPU at
+    first use and keeps the fastest; `reference` names the one the others are checked
+    against. Returns `out_dir`."""
+    from ..runtime.select import write_variant_bundle
+
+    with tempfile.TemporaryDirectory(prefix="mirage-variants-") as tmp:
+        parts = []
+        for name, g in graphs:
+            cg = compile(g, target, os.path.join(tmp, name), options)
+            parts.append((name, cg.path))
+        return write_variant_bundle(out_dir, parts, reference)
 
 
 def clear_cache() -> None:

@@ -503,8 +503,16 @@ class Kernel:
                 f"{len(m.kernels)} kernel(s), {len(m.inputs)} inputs, {len(m.outputs)} outputs, {m.target}>")
 
 
-def load(bundle_dir: str | os.PathLike, driver=None, alignment: int = 16) -> Kernel:
-    """Load and validate a bundle directory; the modules are loaded on the first call."""
+def load(bundle_dir: str | os.PathLike, driver=None, alignment: int = 16, **select):
+    """Load and validate a bundle directory; the modules are loaded on the first call.
+    A variant bundle (`variants.json`, see `select.py`) gives a `Selecting` kernel, which
+    picks its fastest variant on first use; `select` passes its options (cache_dir=...)."""
+    from .select import Selecting, is_variant_bundle
+
+    if is_variant_bundle(bundle_dir):
+        return Selecting(bundle_dir, driver=driver, alignment=alignment, **select)
+    if select:
+        raise TypeError(f"{bundle_dir} is a single bundle: {', '.join(select)} apply to variant bundles only")
     return Kernel(bundle_dir, driver=driver, alignment=alignment)
 
 

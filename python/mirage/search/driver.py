@@ -32,6 +32,7 @@ class Candidate:
     key: str
     plan: object = None
     verification: str = ""  # the formal verifier's summary
+    measured_us: float = float("nan")  # time on the GPU (search.measure), NaN when not measured
 
     @property
     def time_us(self) -> float:
@@ -71,7 +72,8 @@ class SearchResult:
                  f"  reference: {self.reference_cost.summary()}"]
         for k, c in enumerate(self.candidates[:self.config.top_k]):
             tag = " (reference)" if c.key == "reference" else ""
-            lines.append(f"  #{k + 1}{tag}: {c.cost.summary()}")
+            gpu = f", measured {c.measured_us:.1f} µs" if c.measured_us == c.measured_us else ""
+            lines.append(f"  #{k + 1}{tag}: {c.cost.summary()}{gpu}")
         lines += ["  note: " + n for n in self.notes]
         return "\n".join(lines)
 
@@ -160,8 +162,12 @@ def work_items(gen: Generator) -> list:
 # -- driver --------------------------------------------------------------------------------
 
 def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Device = H100,
-                  cache_dir: str | None = None, **overrides) -> SearchResult:
-    """Search μGraphs equivalent to `ref`; returns the ranked, verified candidates."""
+                  cache_dir: str | None = None, measure=None, **overrides) -> SearchResult:
+    """Search μGraphs equivalent to `ref`; returns the ranked, verified candidates.
+
+    `measure`: rank the verified candidates by their time on the GPU (`search.measure`):
+    None (default) where this machine has one, True to require it, False for the cost
+    model only, or a function `res -> {candidate index: µs}`."""
     from .cache import load as cache_load, store as cache_store
     from .partition import needs_partition, partitioned_search
 
@@ -177,7 +183,8 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Devi
         hit = cache_load(cache_dir, ref, cfg)
         if hit is not None:
             cands = [Candidate(g, cost(g, device), B.graph_key(g)) for g in hit]
-            return SearchResult(ref, cands, Stats(), time.monotonic() - t0, cfg, ref_cost, from_cache=True)
+            res = SearchResult(ref, cands, Stats(), time.monotonic() - t0, cfg, ref_cost, from_cache=True)
+            return _measured(res, measure)
     if needs_partition(ref, cfg.partition):
         res = partitioned_search(ref, cfg, verbose, device, preset, _search)
     else:
@@ -186,9 +193,23 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Devi
     res.reference_cost = ref_cost
     if cache_dir and not res.stats.stopped:
         cache_store(cache_dir, ref, cfg, [c.graph for c in res.candidates[:cfg.top_k]])
+    res = _measured(res, measure)
     if verbose:
         print(res.report(), file=sys.stderr)
     return res
+
+
+def _measured(res: SearchResult, measure) -> SearchResult:
+    from .measure import gpu_available, measure_on_gpu, select_by_time
+
+    if measure is False:
+        return res
+    if measure is True:  # required: errors surface
+        if not gpu_available():
+            raise RuntimeError("superoptimize(measure=True): no CUDA GPU is available to time the candidates "
+                               "(measure=None times them only where a GPU is present)")
+        measure = measure_on_gpu
+    return select_by_time(res, measure)
 
 
 def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Device) -> SearchResult:

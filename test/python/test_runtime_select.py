@@ -1,0 +1,140 @@
+"""Variant bundles (`mirage.runtime.select`) against a fake CUDA driver: the runtime
+checks every variant against the reference, times them with events, launches the
+fastest, remembers the choice per device on disk, and measures again on another GPU."""
+import ctypes
+import json
+import os
+
+import numpy as np
+import pytest
+
+from mirage.runtime import BundleError, KernelArg, KernelSpec, Manifest, TensorSpec, load, write_bundle
+from mirage.runtime.select import Selecting, load_variants, write_variant_bundle
+from test_runtime import CAI, FakeDriver, _Enum
+
+SHAPE = [4, 8]
+
+
+class TimingDriver(FakeDriver):
+    """FakeDriver plus a clock, events, device names and device memory: kernel `f` takes
+    `cost[f]` ms and writes `value[f]` into every element of its last argument."""
+
+    CUdevice_attribute = _Enum(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR=75,
+                               CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR=76)
+
+    def __init__(self, cost, value, name=b"NVIDIA H100 80GB HBM3"):
+        super().__init__({f: 2 for f in cost})
+        self.cost, self.value, self.name = cost, value, name
+        self.clock, self.events, self.mem = 0.0, {}, {}
+
+    def cuDeviceGetName(self, n, dev): return 0, self.name + b"\x00" * 4
+    def cuDeviceGetAttribute(self, attr, dev): return 0, (9 if attr == 75 else 0)
+    def cuEventCreate(self, flags):
+        self.events[len(self.events)] = 0.0
+        return 0, len(self.events) - 1
+    def cuEventRecord(self, ev, stream): self.events[ev] = self.clock; return (0,)
+    def cuEventSynchronize(self, ev): return (0,)
+    def cuEventElapsedTime(self, a, b): return 0, self.events[b] - self.events[a]
+    def cuEventDestroy(self, ev): return (0,)
+
+    def cuLaunchKernel(self, f, *rest):
+        r = super().cuLaunchKernel(f, *rest)
+        self.clock += self.cost[f]
+        self.mem[self.launches[-1]["ptrs"][-1]] = self.value[f]
+        return r
+
+    def cuMemcpyDtoH(self, dst, src, n):
+        arr = np.frombuffer((ctypes.c_char * n).from_address(dst), dtype=np.float16)
+        arr[:] = self.mem.get(src, np.nan)
+        return (0,)
+
+
+def bundle(path, fname):
+    m = Manifest(graph_hash=fname, target="sm_90", inputs=[TensorSpec(SHAPE, "f16")],
+                 outputs=[TensorSpec(SHAPE, "f16")],
+                 kernels=[KernelSpec(fname, f"{fname}.ptx", [1, 1, 1], [32, 1, 1], 0,
+                                     [KernelArg("input", 0), KernelArg("output", 0)])])
+    return write_bundle(path, m, {f"{fname}.ptx": f".version 8.0\n.target sm_90\n.visible .entry {fname}(\n)\n{{ ret; }}\n"})
+
+
+@pytest.fixture
+def variants(tmp_path):
+    parts = [(n, bundle(tmp_path / "src" / n, n)) for n in ("rank0", "rank1", "wrong", "reference")]
+    return write_variant_bundle(tmp_path / "v", parts, "reference")
+
+
+COST = {"rank0": 0.030, "rank1": 0.010, "wrong": 0.001, "reference": 0.050}
+VALUE = {"rank0": 1.0, "rank1": 1.0, "wrong": 3.0, "reference": 1.0}
+
+
+def call(k, drv):
+    x, out = CAI(0x100000, SHAPE), CAI(0x200000, SHAPE)
+    k(x, out=[out])
+    return [l["f"] for l in drv.launches]
+
+
+def test_chooses_the_fastest_correct_variant_and_persists_it(variants, tmp_path, capsys):
+    drv = TimingDriver(COST, VALUE)
+    k = load(variants, driver=drv, cache_dir=str(tmp_path / "cache"))
+    assert isinstance(k, Selecting)
+    call(k, drv)
+    assert k.report["variant"] == "rank1"
+    assert set(k.report["times_us"]) == {"rank0", "rank1", "reference"}   # 'wrong' never timed
+    assert k.report["times_us"]["rank1"] == pytest.approx(10.0)
+    assert "wrong" in k.report["rejected"] and "disagrees" in capsys.readouterr().err
+    drv.launches.clear()
+    assert call(k, drv) == ["rank1"]                          # from now on: the chosen one only
+    saved = json.load(open(tmp_path / "cache" / "variant_choices.json"))
+    (key, rec), = saved.items()
+    assert key.endswith("|NVIDIA H100 80GB HBM3 sm_90") and rec["variant"] == "rank1"
+
+    # another process, same GPU: no measurement, rank1 straight away
+    drv2 = TimingDriver(COST, VALUE)
+    k2 = load(variants, driver=drv2, cache_dir=str(tmp_path / "cache"))
+    assert call(k2, drv2) == ["rank1"]
+    # another GPU: measured again, and both choices kept
+    drv3 = TimingDriver({**COST, "rank0": 0.005}, VALUE, name=b"NVIDIA H200")
+    k3 = load(variants, driver=drv3, cache_dir=str(tmp_path / "cache"))
+    call(k3, drv3)
+    assert k3.report["variant"] == "rank0" and k3.report["device"] == "NVIDIA H200 sm_90"
+    assert len(json.load(open(tmp_path / "cache" / "variant_choices.json"))) == 2
+
+
+def test_damaged_choice_file_is_measured_again(variants, tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "variant_choices.json").write_text("{not json")
+    drv = TimingDriver(COST, VALUE)
+    k = load(variants, driver=drv, cache_dir=str(cache))
+    call(k, drv)
+    assert k.report["variant"] == "rank1"
+    assert json.load(open(cache / "variant_choices.json"))
+
+
+def test_reference_kept_when_it_is_fastest(variants):
+    drv = TimingDriver({**COST, "reference": 0.0001}, VALUE)
+    k = load(variants, driver=drv, cache_dir=None)
+    call(k, drv)
+    assert k.report["variant"] == "reference"
+    drv.launches.clear()
+    assert call(k, drv) == ["reference"]
+
+
+def test_variant_bundle_validation(tmp_path):
+    a = bundle(tmp_path / "a", "ka")
+    m = Manifest(graph_hash="x", target="sm_90", inputs=[TensorSpec([2, 2], "f16")], outputs=[TensorSpec([2, 2], "f16")],
+                 kernels=[KernelSpec("kb", "kb.ptx", [1, 1, 1], [32, 1, 1], 0,
+                                     [KernelArg("input", 0), KernelArg("output", 0)])])
+    b = write_bundle(tmp_path / "b", m, {"kb.ptx": ".visible .entry kb(\n)\n"})
+    with pytest.raises(BundleError, match="other tensors"):
+        write_variant_bundle(tmp_path / "v", [("a", a), ("b", b)], "a")
+    with pytest.raises(BundleError, match="reference variant 'c'"):
+        write_variant_bundle(tmp_path / "w", [("a", a)], "c")
+    ok = write_variant_bundle(tmp_path / "ok", [("a", a)], "a")
+    idx = json.load(open(os.path.join(ok, "variants.json")))
+    idx["reference"] = "zzz"
+    json.dump(idx, open(os.path.join(ok, "variants.json"), "w"))
+    with pytest.raises(BundleError, match="names no variant"):
+        load_variants(ok)
+    with pytest.raises(TypeError, match="single bundle"):
+        load(a, cache_dir=None)
