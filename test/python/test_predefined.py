@@ -202,3 +202,16 @@ def test_predefined_reductions_use_warp_shuffles():
     low, bodies = kernels_of(BENCHMARKS["gqa"].reference(1))
     red = [k for k in low.kernels if k["notes"]["kind"] == "reduction"]
     assert red and all("shfl.sync.bfly" in bodies[k["name"]] for k in red)
+
+
+def test_few_long_rows_are_split_across_warps():
+    """A block with fewer rows than warps (one 4096-element row, 4 or 8 warps) reduces
+    each row with every warp: partials through shared memory, then one thread a row."""
+    low, bodies = kernels_of(BENCHMARKS["ntrans"].reference(1))
+    norms = [k for k in low.kernels if k["notes"]["kind"] == "rms_norm"]
+    assert norms and all(k["notes"].get("split_rows") == 4 for k in norms)
+    low, _ = kernels_of(BENCHMARKS["ntrans"].fused(1))
+    assert low.kernels[0]["notes"].get("split_rows") == 8
+    # many rows: one warp a row, no partials
+    low, _ = kernels_of(BENCHMARKS["qknorm_attention"].reference(1))
+    assert not any("split_rows" in k["notes"] for k in low.kernels if k["notes"]["kind"] == "rms_norm")

@@ -445,6 +445,9 @@ class BlockLowering:
             self.async_in[k] = self._vec_copy(rec, self.ins[k]) if self.tiles[id(rec.stensor)].inner_last else 0
         varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1 and self.async_in[k]]
         self.flag = Tile((1,), "f32", 4) if self.fold else None
+        # partial row sums of warps that share a row (`warp_rows` with few, long rows)
+        self.red = Tile((self.nthreads // 32,), "f32", 4) if any(
+            self._row_split(*dims) > 1 for dims in self._rowwise_dims()) else None
         cap = self.opts.smem_capacity
         R = self.R // (self.split if self.mode == "partial" else 1)
         if self.mode == "partial":  # leave room for the co-resident blocks of the split
@@ -491,7 +494,7 @@ class BlockLowering:
                    for oid, tile in self.scratch.items()]
         if not self.opts.smem_plan:
             off = 0
-            for _, t in bufs + scratch + ([("flag", self.flag)] if self.flag else []):
+            for _, t in bufs + scratch + self._specials():
                 if final:
                     t.offset = off
                 off += t.bytes
@@ -511,16 +514,44 @@ class BlockLowering:
             else:  # rms_norm's row statistics: during the op
                 lo = hi = step[j]
             extra[f"scratch{j}"] = (tile.bytes, lo, hi)
-        if self.flag:
-            extra["flag"] = (self.flag.bytes, 0, last_step)
+        for n, t in self._specials():
+            extra[n] = (t.bytes, 0, last_step)
         plan = plan_smem(tb, order, enabled=True, capacity=1 << 30, double_buffer=True,
                          registers=[n for n in self.names.values() if n not in sizes],
                          timeout_ms=300 if final else 0, sizes=sizes, extra=extra)
         if final:
-            for n, t in bufs + scratch + ([("flag", self.flag)] if self.flag else []):
+            for n, t in bufs + scratch + self._specials():
                 t.offset = plan.buffers[n].offset
             self.notes["smem_no_reuse"] = plan.no_reuse_bytes
         return plan.total_bytes
+
+    def _specials(self) -> list:
+        """Shared-memory buffers that belong to no tile: (name, Tile)."""
+        return [(n, t) for n, t in (("flag", self.flag), ("red", self.red)) if t is not None]
+
+    def _rowwise_dims(self):
+        """(rows, length) of every row reduction this kernel emits (`rowwise`)."""
+        for op in self.tb.ops:
+            x = op.inputs[0] if op.inputs else None
+            if x is None or not x.shape:
+                continue
+            last = (op.kind == "rms_norm" or (op.kind in ("reduction", "reduce_max")
+                                              and op.attrs["dim"] % len(x.shape) == len(x.shape) - 1)
+                    or (op.kind == "forloop_accum" and op.attrs["kind"] in ("sum", "mean", "rms")
+                        and id(op) not in self.sum_regs))
+            if last:
+                yield prod(x.shape[:-1]), x.shape[-1]
+
+    def _row_split(self, rows: int, length: int) -> int:
+        """Warps per row in `warp_rows`: 1, or where the rows are fewer than the warps and
+        long, the largest power of two that keeps every warp busy with >= 32 elements."""
+        nw = self.nthreads // 32
+        if self.nthreads % 32 or rows >= nw or length < 256:
+            return 1
+        w = 1
+        while 2 * w * rows <= nw and 64 * w <= length:
+            w *= 2
+        return w
 
     def _vec_copy(self, rec, g: GlobalArg) -> int:
         """Elements per 16-byte chunk if the input tile can be copied with cp.async, else 0."""
@@ -569,17 +600,47 @@ class BlockLowering:
         nw = self.nthreads // 32
         init = e.f32(0.0 if combine == "addf" else float("-inf"))
         self.notes["warp_reductions"] += 1
+        wpr = self._row_split(rows, length)
+        if wpr > 1:
+            self.split_rows(rows, length, wpr, value, combine, finish, init)
+            return
         with e.for_(self.warp, rows, nw) as r:
             j, args, res, close = e.for_iter(self.lane, length, 32, [(init, "f32")])
             close([e.fbin(combine, args[0], value(r, j))])
-            v = res[0]
-            for s in (16, 8, 4, 2, 1):
-                sh = e.fresh("s")
-                ok = e.fresh("ok")
-                e.line(f"{sh}, {ok} = gpu.shuffle xor {v}, {e.const(s, 'i32')}, {e.const(32, 'i32')} : f32")
-                v = e.fbin(combine, v, sh)
+            v = self.shuffle_reduce(res[0], combine)
             with e.if_(e.cmp("eq", self.lane, 0)):
                 finish(r, v)
+
+    def split_rows(self, rows, length, wpr, value, combine, finish, init) -> None:
+        """`warp_rows` with `wpr` warps per row: each warp reduces every wpr-th 32-element
+        chunk of its row through shuffles, lane 0 keeps the warp's partial in shared
+        memory, and after a barrier thread r combines row r's partials and finishes it."""
+        e = self.e
+        self.notes["split_rows"] = wpr
+        rv, rm = self.red_view, self.red.mtype
+        with e.if_(e.cmp("ult", self.warp, rows * wpr)):
+            r, part = e.div(self.warp, wpr), e.rem(self.warp, wpr)
+            j, args, res, close = e.for_iter(e.add(e.mul(part, 32), self.lane), length, 32 * wpr, [(init, "f32")])
+            close([e.fbin(combine, args[0], value(r, j))])
+            v = self.shuffle_reduce(res[0], combine)
+            with e.if_(e.cmp("eq", self.lane, 0)):
+                e.store(v, rv, rm, self.warp, "f32")
+        e.barrier()
+        with e.if_(e.cmp("ult", self.tid, rows)):
+            v = e.load(rv, rm, e.mul(self.tid, wpr), "f32")
+            for p in range(1, wpr):
+                v = e.fbin(combine, v, e.load(rv, rm, e.add(e.mul(self.tid, wpr), p), "f32"))
+            finish(self.tid, v)
+        e.barrier()  # the partials' space is reused by the next row reduction
+
+    def shuffle_reduce(self, v, combine: str):
+        e = self.e
+        for s in (16, 8, 4, 2, 1):
+            sh = e.fresh("s")
+            ok = e.fresh("ok")
+            e.line(f"{sh}, {ok} = gpu.shuffle xor {v}, {e.const(s, 'i32')}, {e.const(32, 'i32')} : f32")
+            v = e.fbin(combine, v, sh)
+        return v
 
     def row_coords(self, r: Idx, shape) -> list:
         return self.e.delinearize(r, shape[:-1]) if len(shape) > 1 else []
@@ -1141,6 +1202,8 @@ class BlockLowering:
             self.scratch_views[oid] = self._make_view(tile, tile.offset)
         if self.flag is not None:
             self.flag_view = self._make_view(self.flag, self.flag.offset)
+        if self.red is not None:
+            self.red_view = self._make_view(self.red, self.red.offset)
         for op in tb.ops:
             if id(op) in self.mma_ops:
                 for t in op.inputs:

@@ -28,7 +28,7 @@ from .block import LoweringError
 
 THREADS = 128
 ELEMWISE_TILE = 2048  # elements of the output tile per block (element-wise and layout ops)
-REDUCE_TILE = 16384   # elements of the input tile per block (reductions, norms)
+REDUCE_TILE = 4096    # elements of the input tile per block (reductions, norms)
 ROW_TILE = 4096       # longest reduced extent held in one tile; longer ones loop
 MM_TILE = (64, 64, 64)  # preferred BM, BN, BK of a matmul block
 VEC = 8  # a last-dim tile of a multiple of 8 elements is copied in 16-byte chunks (f16)
