@@ -50,6 +50,7 @@ ABLATION = {
     "fused-notc": {"tensor_cores": False},        # lowering: f32 FMA matmuls
     "fused-noevict": {"evict_first": False},      # lowering: no L2 evict_first on inputs read once
     "fused-nofold": {"fold_combine": False},      # lowering: split for-loop as two kernels
+    "fused-novec": {"vectorize": False},          # lowering: element loops one element a thread
 }
 
 # schedule sweep (from the former sweep_rmsnorm.py): RMSNorm+Linear tiles
@@ -189,7 +190,7 @@ def main(argv=None) -> int:
     jobs = []
     for name in names:
         b = BENCHMARKS[name]
-        variants = [(v, {}) for v in a.variants.split(",") if v]
+        variants = [(v, ABLATION.get(v, {})) for v in a.variants.split(",") if v]
         if a.ablation:
             variants += list(ABLATION.items())
         for variant, opts in variants:

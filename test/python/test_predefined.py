@@ -192,6 +192,7 @@ def test_predefined_elementwise_is_vectorized():
         if k["notes"]["kind"] in ("silu", "mul"):
             body = bodies[k["name"]]
             assert "cp.async.cg.shared.global" in body       # 16-byte copies in
+            assert "ld.shared.v4" in body and "st.shared.v4" in body  # the element loop on chunks
             assert re.search(r"st\.global\.v4\.(b32|u32|f32)", body)  # 16-byte stores out
 
 

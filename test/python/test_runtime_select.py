@@ -21,6 +21,7 @@ class TimingDriver(FakeDriver):
 
     CUdevice_attribute = _Enum(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR=75,
                                CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR=76)
+    CUstreamCaptureMode = _Enum(CU_STREAM_CAPTURE_MODE_RELAXED=2)
 
     def __init__(self, cost, value, name=b"NVIDIA H100 80GB HBM3"):
         super().__init__({f: 2 for f in cost})
@@ -39,9 +40,31 @@ class TimingDriver(FakeDriver):
 
     def cuLaunchKernel(self, f, *rest):
         r = super().cuLaunchKernel(f, *rest)
+        if self.capturing:
+            self.captured.append((f, self.launches.pop()["ptrs"][-1]))
+            return r
         self.clock += self.cost[f]
         self.mem[self.launches[-1]["ptrs"][-1]] = self.value[f]
         return r
+
+    # streams and graphs: a captured launch runs (takes time, writes) when its graph replays
+    def cuStreamCreate(self, flags): return 0, 77
+    def cuStreamSynchronize(self, s): return (0,)
+    def cuStreamDestroy(self, s): return (0,)
+    def cuStreamBeginCapture(self, s, mode):
+        self.capturing, self.captured = True, []
+        return (0,)
+    def cuStreamEndCapture(self, s):
+        self.capturing = False
+        return 0, list(self.captured)
+    def cuGraphInstantiate(self, g, flags): return 0, g
+    def cuGraphLaunch(self, exe, s):
+        for f, out in exe:
+            self.clock += self.cost[f]
+            self.mem[out] = self.value[f]
+        return (0,)
+    def cuGraphExecDestroy(self, e): return (0,)
+    def cuGraphDestroy(self, g): return (0,)
 
     def cuMemcpyDtoH(self, dst, src, n):
         arr = np.frombuffer((ctypes.c_char * n).from_address(dst), dtype=np.float16)

@@ -219,6 +219,9 @@ class Options:
     # matmul -> unary op kept in the mma fragments (registers), feeding the next tensor-core
     # matmul's A operand and `sum` accumulators directly (schedule on; `_plan_frag_fusion`)
     frag_fusion: bool = True
+    # element loops move 16-byte chunks (vector loads/stores of shared memory) where the
+    # tiles allow it (`BlockLowering.vec_width`)
+    vectorize: bool = True
 
 
 def split_ok(tb: TBGraph) -> bool:
@@ -292,6 +295,7 @@ class BlockLowering:
         self.mma_ops: set[int] = set()  # id(op) of matmuls on tensor cores
         self.reg_acc: dict[int, Op] = {}  # id(accum op) -> matmul op whose fragments it keeps
         self.notes: dict = {"mma": 0, "cp_async_inputs": 0, "stages": 1, "warp_reductions": 0}
+        self.written_by: dict[int, int] = {}  # tile id -> chunk width of the element loop that wrote it
 
     # ------------------------------------------------------------------ planning
     def _consumers(self):
@@ -766,6 +770,10 @@ class BlockLowering:
                 self.matmul_generic(op)
             return True
         if k in scalar.BINARY or k in scalar.UNARY or k == "constant":
+            if self.vec_width(op) > 1:
+                self.elementwise_vec(op, lambda args: [scalar.apply(e, k, args, op.attrs)])
+                return True
+
             def body(cs):
                 args = [self.read(t, cs, out.shape) for t in op.inputs]
                 self.write(out, cs, scalar.apply(e, k, args, op.attrs))
@@ -823,6 +831,73 @@ class BlockLowering:
             self.elementwise(out.shape, body)
             return True
         raise LoweringError(f"[lowering] block-graph operator '{k}' has no GPU lowering")
+
+    def vec_width(self, op: Op) -> int:
+        """Elements a thread handles at once in the element loop of `op` (element-wise or
+        thread graph): a 16-byte chunk where every tile it reads in full and writes keeps
+        whole chunks contiguous (innermost last dim, rows and offset in whole chunks; a
+        swizzle moves whole chunks), else 1. Broadcast operands of last extent 1 are read
+        once a chunk. The consumers' barriers depend on this (`hazard`)."""
+        if op.kind not in scalar.BINARY + scalar.UNARY + ("constant", "thread_graph") or not self.opts.vectorize:
+            return 1
+        out = op.outputs[0]
+        if not out.shape:
+            return 1
+        n = out.shape[-1]
+        full = [out] + [t for t in op.inputs if t.shape and t.shape[-1] == n and n > 1]
+        if any(t.shape and t.shape[-1] not in (1, n) for t in op.inputs) or len(op.outputs) > 1 and any(
+                o.shape != out.shape for o in op.outputs):
+            return 1
+        tiles = [self.tiles.get(id(t)) for t in full + list(op.outputs[1:])]
+        if any(tl is None for tl in tiles) or len({tl.itemsize for tl in tiles}) != 1:
+            return 1
+        V = 16 // tiles[0].itemsize
+        if n % V or any(not tl.inner_last or tl.ld % V or tl.offset % 16 for tl in tiles):
+            return 1
+        return V
+
+    def elementwise_vec(self, op: Op, fn) -> None:
+        """The element loop of `op` over 16-byte chunks: each thread loads a chunk of each
+        full operand (one vector load), computes the chunk's elements in f32 with
+        `fn(args) -> [value per output]`, and stores each output chunk (one vector store)."""
+        e = self.e
+        V = self.vec_width(op)
+        out = op.outputs[0]
+        shape = out.shape
+        n = shape[-1]
+        per_row = n // V
+        self.notes["vector_loops"] = self.notes.get("vector_loops", 0) + 1
+        with e.for_(self.tid, prod(shape[:-1]) * per_row, self.nthreads) as c:
+            row = e.div(c, per_row)
+            cs = self.row_coords(row, shape) + [e.mul(e.rem(c, per_row), V)]
+            lanes = []
+            for t in op.inputs:
+                r = len(t.shape)
+                if t.shape and t.shape[-1] == n and n > 1:
+                    tl = self.tiles[id(t)]
+                    coords = [0 if m == 1 else x for x, m in zip(cs[len(cs) - r:], t.shape)]
+                    lanes.append(self.load_chunk(self.view(t), tl, tl.offset_of(e, coords), V))
+                else:
+                    lanes.append([self.read(t, cs, shape)] * V)
+            vals = [fn([a[i] for a in lanes]) for i in range(V)]
+            for k, o in enumerate(op.outputs):
+                tl = self.tiles[id(o)]
+                self.store_chunk([v[k] for v in vals], self.view(o), tl, tl.offset_of(e, cs))
+
+    def load_chunk(self, view: str, tl: Tile, off: Idx, V: int) -> list[str]:
+        e = self.e
+        v = e.op(f"vector.load {view}[{e.idx(off)}] {{alignment = 16}} : {tl.mtype}, vector<{V}x{tl.elt}>", "vv")
+        if tl.elt != "f32":
+            v = e.op(f"arith.extf {v} : vector<{V}x{tl.elt}> to vector<{V}xf32>", "vf")
+        return [e.op(f"vector.extract {v}[{i}] : f32 from vector<{V}xf32>", "f") for i in range(V)]
+
+    def store_chunk(self, vals: list[str], view: str, tl: Tile, off: Idx) -> None:
+        e = self.e
+        V = len(vals)
+        v = e.op(f"vector.from_elements {', '.join(vals)} : vector<{V}xf32>", "vf")
+        if tl.elt != "f32":
+            v = e.op(f"arith.truncf {v} : vector<{V}xf32> to vector<{V}x{tl.elt}>", "vv")
+        e.line(f"vector.store {v}, {view}[{e.idx(off)}] {{alignment = 16}} : {tl.mtype}, vector<{V}x{tl.elt}>")
 
     def rowwise(self, a: STensor, combine: str, square: bool, finish) -> None:
         """Reduce each row (last dim) of tile `a`; finish(row_index, f32)."""
@@ -892,6 +967,14 @@ class BlockLowering:
         e = self.e
         th = op.body
         out_shape = op.outputs[0].shape
+        if self.vec_width(op) > 1:
+            def fn(args):
+                env = {id(s): a for s, a in zip(th.inputs, args)}
+                for o in th.ops:
+                    env[id(o.outputs[0])] = scalar.apply(e, o.kind, [env[id(x)] for x in o.inputs], o.attrs)
+                return [env[id(s)] for s in th.outputs]
+            self.elementwise_vec(op, fn)
+            return
 
         def body(cs):
             env = {id(s): self.read(t, cs, out_shape) for s, t in zip(th.inputs, op.inputs)}
@@ -1353,7 +1436,9 @@ class BlockLowering:
         other threads since the last barrier (the optimizer's rule, `_Deps.needs_sync`),
         or a buffer it writes shares memory with one read or written since (a dead tile
         whose space the shared-memory plan reuses)."""
-        need = any(id(t) in self.dirty and (j is None or self.deps.needs_sync(t, j)) for t in reads)
+        need = any(id(t) in self.dirty and (j is None or self.deps.needs_sync(t, j)
+                                             or self.written_by.get(id(t), 1) != self.vec_width(self.tb.ops[j]))
+                   for t in reads)
         need = need or any(self._overlaps(w, self.readset | self.dirty) for w in writes)
         if need:
             self.sync()
@@ -1392,6 +1477,8 @@ class BlockLowering:
         writes = [id(t) for t in op.outputs if id(t) in self.tiles] + ([id(op)] if id(op) in self.scratch else [])
         self.hazard(j, op.inputs, writes)
         self.emit_op(op)
+        for t in op.outputs:  # which thread wrote which element: the element loop's chunk width
+            self.written_by[id(t)] = self.vec_width(op)
         self.readset.update(id(t) for t in op.inputs)
         self.dirty.update(writes)
 

@@ -17,8 +17,8 @@ choice is stored under the user cache directory (`MIRAGE_CACHE_DIR`, else
 keyed by the bundle's content, the device name and its compute capability: another
 process on the same kind of GPU reuses it, a different GPU measures again.
 
-Timing reuses the call's inputs (warm in L2 where they fit): the ranking is of the
-variants against each other, not an absolute figure.
+Timing replays a CUDA graph of back-to-back runs on the call's inputs (warm in L2 where
+they fit): the ranking is of the variants against each other, not an absolute figure.
 """
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ class Selecting:
     """A variant bundle, called like a `Kernel`: the first call on a device chooses."""
 
     def __init__(self, path, driver=None, alignment: int = 16, cache_dir: str | None = "default",
-                 tolerance: float = 2e-2, reps: int = 20):
+                 tolerance: float = 2e-2, reps: int = 20, inner: int = 10):
         from .launcher import Kernel
 
         self.path = os.fspath(path)
@@ -188,7 +188,7 @@ class Selecting:
         self.manifest = self.kernels[0].manifest
         self.digest = _digest(bundles)
         self.store = ChoiceStore(default_cache_dir() if cache_dir == "default" else cache_dir)
-        self.tolerance, self.reps = tolerance, reps
+        self.tolerance, self.reps, self.inner = tolerance, reps, inner
         self.chosen: dict[int, int] = {}  # device -> variant index
         self.report: dict = {}            # the last measurement (or the stored record)
 
@@ -259,24 +259,39 @@ class Selecting:
         return self.names.index(best)
 
     def _time(self, k, tensors, stream, device: int) -> float:
-        """Median µs of `reps` launches of kernel `k` between two CUDA events."""
+        """Median µs of one run of kernel `k`: `inner` back-to-back runs captured in a CUDA
+        graph on a private stream, the graph replayed `reps` times between two events
+        (replay keeps host launch overhead, which would favour fewer kernels, out)."""
         d = self.driver
-        outs = k(*tensors, stream=stream)
-        k(*tensors, stream=stream, out=outs)
-        handle = k._cu_stream(k._stream_handle(stream, device))
         ck = k._check
         ck(d.cuCtxPushCurrent(k._context(device)), "cuCtxPushCurrent")
         try:
+            s = ck(d.cuStreamCreate(1), "cuStreamCreate")  # CU_STREAM_NON_BLOCKING
+            h = int(s)
+            outs = k(*tensors, stream=h)  # modules loaded, buffers allocated: capture-ready
+            k(*tensors, stream=h, out=outs)
+            ck(d.cuStreamSynchronize(s), "cuStreamSynchronize")
+            ck(d.cuStreamBeginCapture(s, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture")
+            try:
+                for _ in range(self.inner):
+                    k(*tensors, stream=h, out=outs)
+            finally:
+                graph = ck(d.cuStreamEndCapture(s), "cuStreamEndCapture")
+            exe = ck(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
             start, end = ck(d.cuEventCreate(0), "cuEventCreate"), ck(d.cuEventCreate(0), "cuEventCreate")
+            ck(d.cuGraphLaunch(exe, s), "cuGraphLaunch")  # warm-up
             ms = []
             for _ in range(self.reps):
-                ck(d.cuEventRecord(start, handle), "cuEventRecord")
-                k(*tensors, stream=stream, out=outs)
-                ck(d.cuEventRecord(end, handle), "cuEventRecord")
+                ck(d.cuEventRecord(start, s), "cuEventRecord")
+                ck(d.cuGraphLaunch(exe, s), "cuGraphLaunch")
+                ck(d.cuEventRecord(end, s), "cuEventRecord")
                 ck(d.cuEventSynchronize(end), "cuEventSynchronize")
-                ms.append(float(ck(d.cuEventElapsedTime(start, end), "cuEventElapsedTime")))
-            d.cuEventDestroy(start)
-            d.cuEventDestroy(end)
+                ms.append(float(ck(d.cuEventElapsedTime(start, end), "cuEventElapsedTime")) / self.inner)
+            for ev in (start, end):
+                d.cuEventDestroy(ev)
+            d.cuGraphExecDestroy(exe)
+            d.cuGraphDestroy(graph)
+            d.cuStreamDestroy(s)
         finally:
             d.cuCtxPopCurrent()
         return statistics.median(ms) * 1e3
