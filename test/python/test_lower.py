@@ -260,7 +260,7 @@ def test_tile_offsets_are_the_optimizers_layout_offsets():
     # TileLayout.offset: copies, ldmatrix and element loops agree with the plan
     import itertools
 
-    from mirage.lower.block import Tile
+    from mirage.lower.kernel_plan import Tile
     from mirage.lower.emitter import Emitter
     from mirage.optimize import TileLayout
 
@@ -334,7 +334,7 @@ def test_swizzled_chunks_stay_16_byte_aligned_for_every_ilp_layout():
     import itertools
     from math import prod
 
-    from mirage.lower.block import Tile
+    from mirage.lower.kernel_plan import Tile
     from mirage.lower.emitter import Emitter
     from mirage.optimize import TileLayout
     from mirage.optimize.layout import candidates

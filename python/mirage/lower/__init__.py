@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from .block import LoweringError, Options
+from .kernel_plan import LoweringError, Options
 from .convert import Lowered, convert
 
 __all__ = ["LoweringError", "Options", "Lowered", "convert_to_gpu", "to_ptx", "compile", "call",

@@ -25,24 +25,14 @@ A `gpu.barrier` separates ops that communicate through shared memory.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from math import prod
 
-from ..core import ops as O
-from ..core.graph import GraphError, Op, STensor, TBGraph
+from ..core.graph import Op, STensor, TBGraph
 from . import scalar
-from ..optimize.layout import select_layouts
-from ..optimize.plan import tile_names
-from ..optimize.schedule import _Deps, schedule as schedule_ops
-from ..optimize.smem import live_ranges, plan_smem
 from .emitter import SMEM, Emitter, Idx
+from .kernel_plan import GlobalArg, KernelPlan, LoweringError, Options, Tile, _row_major
 
-
-class LoweringError(GraphError):
-    """A μGraph that this lowering cannot turn into a GPU kernel (the message says why)."""
-
-
-ALIGN = 128
 
 # The 16-byte cp.async of an input read once (Options.evict_first), with an L2 evict_first
 # cache policy, as inline PTX ($0: shared address, $1: global address).
@@ -65,190 +55,6 @@ EVICT_FIRST_COPY = ("{.reg .b64 pol; .reg .b32 sa, one, lm; "
 
 
 @dataclass
-class Tile:
-    shape: tuple
-    elt: str  # f16 | bf16 | f32
-    itemsize: int
-    ld: int = 0
-    rows_alloc: int = 0
-    stages: int = 1
-    offset: int = 0  # bytes in dynamic shared memory
-    inner: int = -1  # the dim stored contiguously (-1: the last); the layout plan's
-    swizzle: int = 0  # XOR swizzle in bytes (TileLayout.offset); 0 = none
-
-    def __post_init__(self):
-        if not self.ld:
-            self.ld = self.cols
-        if not self.rows_alloc:
-            self.rows_alloc = self.rows
-
-    @property
-    def cols(self) -> int:
-        return self.shape[-1] if self.shape else 1
-
-    @property
-    def rows(self) -> int:
-        return prod(self.shape[:-1]) if self.shape else 1
-
-    @property
-    def elems(self) -> int:
-        return self.rows_alloc * self.ld
-
-    @property
-    def stage_bytes(self) -> int:
-        return -(-self.elems * self.itemsize // ALIGN) * ALIGN
-
-    @property
-    def bytes(self) -> int:
-        return self.stage_bytes * self.stages
-
-    @property
-    def mtype(self) -> str:
-        return f"memref<{self.elems}x{self.elt}, {SMEM}>"
-
-    @property
-    def mtype2d(self) -> str:
-        return f"memref<{self.rows_alloc}x{self.ld}x{self.elt}, {SMEM}>"
-
-    @property
-    def inner_last(self) -> bool:
-        return not self.shape or self.inner in (-1, len(self.shape) - 1)
-
-    def layout_strides(self) -> list:
-        """Element strides of a tile whose innermost dim is `inner` (the optimizer's
-        `TileLayout.strides`): the other dims row-major around it."""
-        r = len(self.shape)
-        inner = self.inner % r
-        order = [d for d in range(r) if d != inner] + [inner]
-        st, acc = [0] * r, 1
-        for d in reversed(order):
-            st[d] = acc
-            acc *= self.shape[d]
-        return st
-
-    def swz(self, e: Emitter, row: Idx, col: Idx, n: int) -> Idx:
-        """`TileLayout.offset` of (row, col) for rows of n elements under the swizzle:
-        the 16-byte chunk c of row r is stored at chunk c ^ ((r // per_phase) % (S // 16))."""
-        vec = 16 // self.itemsize
-        per_phase = max(1, 128 // (n * self.itemsize))
-        phase = e.rem(e.div(row, per_phase), self.swizzle // 16)
-        return e.add(e.mul(row, n), e.add(e.mul(e.xor(e.div(col, vec), phase), vec), e.rem(col, vec)))
-
-    def chunk_col(self, e: Emitter, row: Idx, col: Idx) -> Idx:
-        """Physical column of the 16-byte chunk starting at logical (row, col) (col a
-        multiple of the chunk), for 2-d views [rows_alloc x ld] (ldmatrix addresses)."""
-        if not self.swizzle:
-            return col
-        vec = 16 // self.itemsize
-        per_phase = max(1, 128 // (self.cols * self.itemsize))
-        phase = e.rem(e.div(row, per_phase), self.swizzle // 16)
-        return e.mul(e.xor(e.div(col, vec), phase), vec)
-
-    def offset_rc(self, e: Emitter, row: Idx, col: Idx) -> Idx:
-        """Offset of element `col` of flattened row `row` (rows over all dims but the last)."""
-        if self.inner_last:
-            if self.swizzle:
-                return self.swz(e, row, col, self.cols)
-            return e.add(e.mul(row, self.ld), col)
-        return self.offset_of(e, e.delinearize(row, self.shape[:-1]) + [col])
-
-    def offset_of(self, e: Emitter, coords) -> Idx:
-        if not self.shape:
-            return 0
-        if self.inner_last:
-            row = e.dot(coords[:-1], _row_major(self.shape[:-1]))
-            return self.offset_rc(e, row, coords[-1])
-        lin = e.dot(coords, self.layout_strides())
-        if not self.swizzle:
-            return lin
-        n = self.shape[self.inner % len(self.shape)]
-        return self.swz(e, e.div(lin, n), e.rem(lin, n), n)
-
-
-def _row_major(shape):
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return out[::-1]
-
-
-@dataclass
-class GlobalArg:
-    name: str  # SSA name of the kernel argument
-    shape: tuple
-    strides: tuple
-    elt: str
-    itemsize: int
-
-    @property
-    def span(self) -> int:
-        return 1 + sum((d - 1) * s for d, s in zip(self.shape, self.strides))
-
-    @property
-    def mtype(self) -> str:
-        return f"memref<{self.span}x{self.elt}>"
-
-
-@dataclass
-class Options:
-    tensor_cores: bool = True
-    async_copy: bool = True
-    stages: int = 4  # ring depth for loop-varying inputs (>= 2: prefetch)
-    smem_capacity: int = 227 * 1024
-    split: int = 0  # blocks sharing one for-loop (split-K); 0 = choose (see choose_split)
-    sms: int = 132  # multiprocessors of the target (H100/H200 SXM)
-    unroll_k: int = 32  # unroll the k-steps of a tile matmul up to this many
-    # split for-loop: the last block of each split group to finish combines the partials
-    # and runs the epilogue (one kernel; arrival counters in the workspace) instead of a
-    # second, combine kernel
-    fold_combine: bool = True
-    # inputs that each element of which one block reads (no grid dim replicates them, e.g.
-    # the weights of a GEMV) are copied with an L2 evict_first policy, so that streaming
-    # them does not push other data out of L2 (nor force write-backs of dirty lines)
-    evict_first: bool = True
-    # the μGraph optimizer's plan (paper §6), each switchable for the Figure-12 ablation:
-    # layout: tiles take the ILP's innermost dim and swizzle (swizzled ldmatrix operands
-    # instead of padded rows); schedule: ops run in the plan's depth order with a barrier
-    # only where a tile written by other threads is read (or dead memory is reused), and
-    # one barrier per iteration of the cp.async ring; smem_plan: shared-memory offsets
-    # reuse the space of dead tiles (live ranges of the schedule)
-    layout: bool = True
-    schedule: bool = True
-    smem_plan: bool = True
-    # matmul -> unary op kept in the mma fragments (registers), feeding the next tensor-core
-    # matmul's A operand and `sum` accumulators directly (schedule on; `_plan_frag_fusion`)
-    frag_fusion: bool = True
-    # element loops move 16-byte chunks (vector loads/stores of shared memory) where the
-    # tiles allow it (`BlockLowering.vec_width`)
-    vectorize: bool = True
-
-
-def split_ok(tb: TBGraph) -> bool:
-    """Whether the for-loop can be split across blocks: every output is saved after
-    the loop and at least one accumulator exists."""
-    if tb.forloop_range < 2 or any(o.forloop_dim != -1 for o in tb.outputs):
-        return False
-    return any(op.kind == "forloop_accum" for op in tb.ops)
-
-
-def choose_split(tb: TBGraph, opts: "Options") -> int:
-    """Split the for-loop when the grid has fewer blocks than 3/4 of the multiprocessors:
-    the largest divisor s of the loop range with blocks * s <= 4 * SMs and at least two
-    iterations per block left (so the cp.async ring still prefetches)."""
-    if opts.split:
-        return opts.split if split_ok(tb) and tb.forloop_range % opts.split == 0 else 1
-    blocks = prod(tb.grid_dim)
-    if not split_ok(tb) or blocks >= 0.75 * opts.sms:
-        return 1
-    best = 1
-    for s in range(2, tb.forloop_range + 1):
-        if tb.forloop_range % s == 0 and blocks * s <= 4 * opts.sms and tb.forloop_range // s >= 2:
-            best = s
-    return best
-
-
-@dataclass
 class KernelInfo:
     name: str
     grid: tuple
@@ -266,308 +72,23 @@ def _split_axes(rank, dmap, loop_dim):
     return per_dim
 
 
+
 class BlockLowering:
+    """Emits one kernel from its `KernelPlan` (`self.p`): the decisions are read there,
+    this class only writes MLIR (the emit-time state: views, register values, barriers)."""
+
     def __init__(self, tb: TBGraph, name: str, ins: list[GlobalArg], outs: list[GlobalArg], opts: Options,
                  mode: str = "full", split: int = 1, ws: GlobalArg | None = None):
-        self.tb, self.name, self.ins, self.outs, self.opts = tb, name, ins, outs, opts
+        self.p = KernelPlan(tb, ins, opts, mode, split, bool(outs), name)
+        self.tb, self.name, self.ins, self.outs, self.opts = tb, name, ins, outs, self.p.opts
         self.mode, self.split, self.ws = mode, split, ws
-        # partial kernel that also combines (last-arriving block of each split group)
-        self.fold = mode == "partial" and opts.fold_combine and bool(outs)
-        self.ws_off: dict[int, int] = {}
-        off = 0
-        for op in tb.ops:
-            if op.kind == "forloop_accum":
-                self.ws_off[id(op)] = off
-                off += prod(op.outputs[0].shape) * split * prod(tb.grid_dim)
-        self.ws_size = off
-        self.cnt_off = off  # fold: one arrival counter (f32) per block of the μGraph's grid
-        if mode == "partial" and opts.fold_combine:
-            self.ws_size = off + prod(tb.grid_dim)
         self.e = Emitter()
-        self.nthreads = prod(tb.block_dim)
-        self.R = tb.forloop_range
-        self.lead = tuple(tb.grid_dim) + (self.R,)
-        self.tiles: dict[int, Tile] = {}
         self.views: dict[int, str] = {}
         self.views2d: dict[int, str] = {}
-        self.scratch: dict[int, Tile] = {}  # accumulator op output id -> f32 scratch
         self.scratch_views: dict[int, str] = {}
-        self.mma_ops: set[int] = set()  # id(op) of matmuls on tensor cores
-        self.reg_acc: dict[int, Op] = {}  # id(accum op) -> matmul op whose fragments it keeps
-        self.notes: dict = {"mma": 0, "cp_async_inputs": 0, "stages": 1, "warp_reductions": 0}
+        self.reg_vals: dict[int, list] = {}  # register tensors (fused fragments) -> values
+        self.notes = self.p.notes
         self.written_by: dict[int, int] = {}  # tile id -> chunk width of the element loop that wrote it
-
-    # ------------------------------------------------------------------ planning
-    def _consumers(self):
-        cons: dict[int, list] = {}
-        for op in self.tb.ops:
-            for t in op.inputs:
-                cons.setdefault(id(t), []).append(op)
-        return cons
-
-    def _mma_ok(self, op: Op) -> bool:
-        if not self.opts.tensor_cores or self.nthreads % 32:
-            return False
-        a, b = op.inputs
-        # bf16: upstream nvgpu.mma.sync cannot deduce bf16 PTX operand types (MLIR 22);
-        # bf16 tiles use nvgpu.ldmatrix and an inline-PTX mma.sync (`mma_bf16`)
-        if a.dtype.mlir not in ("f16", "bf16") or b.dtype != a.dtype:
-            return False
-        if prod(a.shape[:-2]) != 1 or prod(b.shape[:-2]) != 1:
-            return False
-        K, N = a.shape[-1], b.shape[-1]
-        return K % 16 == 0 and N % 8 == 0
-
-    def _warp_rows_ok(self, op: Op) -> bool:
-        """Each warp owns whole 16-row blocks of the matmul's output (all its 16x8 tiles
-        of those rows), with no clamped tiles: row-wise work on the fragments stays in the warp."""
-        M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
-        return M % 16 == 0 and tpw % NT == 0 and T == tpw * (self.nthreads // 32)
-
-    def _plan_frag_fusion(self, cons, out_ids) -> None:
-        """Matmul -> unary element-wise op kept in registers: the unary op is applied to the
-        mma fragments; its result feeds a tensor-core matmul as the A operand straight from
-        the fragments (C layout of two n-tiles = A layout of one k-step) and/or a `sum`
-        accumulator (row sums of the fragments: in-thread, then 2 shuffles in the quad).
-        Neither tile is stored in shared memory (FlashAttention-2's register reuse)."""
-        self.frag_fuse: dict[int, Op] = {}  # id(first matmul) -> its unary consumer
-        self.fused_unary: set[int] = set()
-        self.reg_tiles: set[int] = set()    # tensors that live only in registers
-        self.a_from_regs: dict[int, int] = {}  # id(second matmul) -> id(its register A operand)
-        self.sum_regs: dict[int, int] = {}     # id(sum accumulator) -> id(its register input)
-        self.reg_vals: dict[int, list] = {}
-        if not self.opts.schedule or not self.opts.frag_fusion:
-            return
-        tb = self.tb
-        pos = {id(o): j for j, o in enumerate(tb.ops)}
-        acc_mms = {id(m) for m in self.reg_acc.values()}
-        for op in tb.ops:
-            if id(op) not in self.mma_ops or id(op) in acc_mms or not self._warp_rows_ok(op):
-                continue
-            s_t = op.outputs[0]
-            c = cons.get(id(s_t), [])
-            if len(c) != 1 or c[0].kind not in scalar.UNARY or id(s_t) in out_ids:
-                continue
-            u = c[0]
-            e_t = u.outputs[0]
-            users = cons.get(id(e_t), [])
-            if id(e_t) in out_ids or not users or e_t.dtype != s_t.dtype:
-                continue
-            rows1 = self.mma_geometry(op)
-            ok = True
-            a_mm, sums = [], []
-            for o in users:
-                if (o.kind == "matmul" and id(o) in self.mma_ops and o.inputs[0] is e_t and o.inputs[1] is not e_t
-                        and self._warp_rows_ok(o)):
-                    g2 = self.mma_geometry(o)
-                    # same rows per warp, k-steps unrolled (static fragment indices)
-                    if g2[0] == rows1[0] and g2[6] // g2[4] == rows1[6] // rows1[4] and g2[1] // 16 <= self.opts.unroll_k:
-                        a_mm.append(o)
-                        continue
-                if o.kind == "forloop_accum" and o.attrs["kind"] == "sum" and id(o) not in self.reg_acc:
-                    sums.append(o)
-                    continue
-                ok = False
-            chain = [op, u] + a_mm + sums
-            if not ok or any(self.region[pos[id(x)]] != "loop" for x in chain):
-                continue
-            self.frag_fuse[id(op)] = u
-            self.fused_unary.add(id(u))
-            self.reg_tiles |= {id(s_t), id(e_t)}
-            for o in a_mm:
-                self.a_from_regs[id(o)] = id(e_t)
-            for o in sums:
-                self.sum_regs[id(o)] = id(e_t)
-        self.notes["frag_fused"] = len(self.frag_fuse)
-
-    def plan(self):
-        tb = self.tb
-        cons = self._consumers()
-        out_ids = {id(o.stensor) for o in tb.outputs}
-        a_ops, b_ops = set(), set()
-        for op in tb.ops:
-            if op.kind == "matmul" and self._mma_ok(op):
-                self.mma_ops.add(id(op))
-                a_ops.add(id(op.inputs[0]))
-                b_ops.add(id(op.inputs[1]))
-                c = cons.get(id(op.outputs[0]), [])
-                if (len(c) == 1 and c[0].kind == "forloop_accum" and c[0].attrs["kind"] == "none"
-                        and id(op.outputs[0]) not in out_ids):
-                    self.reg_acc[id(c[0])] = op
-        reg_mm_out = {id(m.outputs[0]) for m in self.reg_acc.values()}
-
-        # the optimizer's layouts (row-major, unswizzled when off) and schedule
-        self.names = tile_names(tb)
-        gi = {}
-        for k, g in enumerate(self.ins):
-            if 1 in g.strides:
-                gi[k] = len(g.strides) - 1 - list(reversed(g.strides)).index(1)
-        self.layout_plan = select_layouts(tb, enabled=self.opts.layout, global_inner=gi or None)
-        lays = self.layout_plan.tiles
-        self.sched_plan = schedule_ops(tb, enabled=True, layouts=lays)
-        self.deps = _Deps(tb, lays)
-        self.region = self.deps.region
-        self._plan_frag_fusion(cons, out_ids)
-        reg_mm_out |= self.reg_tiles
-        self.notes["barriers_plan"] = self.sched_plan.barriers
-        self.notes["swizzled"] = 0
-
-        def mk(t: STensor) -> Tile:
-            tl = Tile(tuple(t.shape), t.dtype.mlir, t.dtype.itemsize)
-            lay = lays[self.names[id(t)]]
-            mma_operand = id(t) in a_ops or id(t) in b_ops
-            if mma_operand:
-                # ldmatrix reads rows of the last dim: swizzled rows when the plan says so,
-                # else padded rows (ld = cols + 8), both conflict-free
-                if lay.swizzle and lay.inner_dim == len(t.shape) - 1:
-                    tl.swizzle = lay.swizzle
-                else:
-                    tl.ld = tl.cols + 8
-            elif t.shape:
-                tl.inner, tl.swizzle = lay.inner_dim, lay.swizzle
-            if tl.swizzle:
-                self.notes["swizzled"] += 1
-            if id(t) in a_ops:
-                tl.rows_alloc = -(-tl.rows // 16) * 16
-            return tl
-
-        for rec in tb.inputs:
-            self.tiles[id(rec.stensor)] = mk(rec.stensor)
-        for op in tb.ops:
-            for t in op.outputs:
-                if id(t) in reg_mm_out:
-                    continue
-                self.tiles[id(t)] = mk(t)
-            if op.kind == "forloop_accum" and id(op) not in self.reg_acc:
-                self.scratch[id(op)] = Tile(tuple(op.outputs[0].shape), "f32", 4)
-            if op.kind == "rms_norm":
-                self.scratch[id(op)] = Tile((op.inputs[0].shape and prod(op.inputs[0].shape[:-1]) or 1,),
-                                            "f32", 4)
-        # which inputs are copied asynchronously, and how deep the ring is
-        self.async_in = {}
-        for k, rec in enumerate(tb.inputs):
-            self.async_in[k] = self._vec_copy(rec, self.ins[k]) if self.tiles[id(rec.stensor)].inner_last else 0
-        varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1 and self.async_in[k]]
-        self.flag = Tile((1,), "f32", 4) if self.fold else None
-        # partial row sums of warps that share a row (`warp_rows` with few, long rows)
-        self.red = Tile((self.nthreads // 32,), "f32", 4) if any(
-            self._row_split(*dims) > 1 for dims in self._rowwise_dims()) else None
-        cap = self.opts.smem_capacity
-        R = self.R // (self.split if self.mode == "partial" else 1)
-        if self.mode == "partial":  # leave room for the co-resident blocks of the split
-            per_sm = -(-prod(tb.grid_dim) * self.split // self.opts.sms)
-            cap = min(cap, (228 * 1024) // per_sm - 1024)
-        S = 1
-        if varying and R > 1 and self.opts.stages > 1:
-            S = min(self.opts.stages, R)
-            while S > 2 and self._place(varying, S) > cap:
-                S -= 1
-            if self._place(varying, S) > self.opts.smem_capacity:
-                S = 1
-        self.S = S
-        self.varying_async = varying
-        self.notes["stages"] = S
-        self.notes["cp_async_inputs"] = sum(1 for v in self.async_in.values() if v)
-        off = self._place(varying, S, final=True)
-        self.smem = off
-        if off > self.opts.smem_capacity:
-            raise LoweringError(f"[smem] kernel {self.name}: the block graph's tiles need {off} bytes of "
-                                f"shared memory with this lowering (padding, f32 accumulators, {S} stages"
-                                f"{', reuse of dead tiles' if self.opts.smem_plan else ''}), more than the "
-                                f"capacity {self.opts.smem_capacity}")
-
-    def exec_order(self) -> list[int]:
-        """Indices of tb.ops in the order this kernel runs them: the schedule's depth
-        order, or (schedule off) the loop ops, then the accumulators, then the post ops."""
-        if self.opts.schedule:
-            return list(self.sched_plan.order)
-        ops = self.tb.ops
-        loop = [j for j in range(len(ops)) if self.region[j] == "loop"]
-        return ([j for j in loop if ops[j].kind != "forloop_accum"] + [j for j in loop if ops[j].kind == "forloop_accum"]
-                + [j for j in range(len(ops)) if self.region[j] == "post"])
-
-    def _place(self, varying, S: int, final: bool = False) -> int:
-        """Offsets of every shared-memory buffer (ring of S stages for the inputs in
-        `varying`); returns the bytes. With smem_plan: the optimizer's live ranges on this
-        kernel's order, dead tiles' space reused; off: one range after another."""
-        tb = self.tb
-        for k in varying:
-            self.tiles[id(tb.inputs[k].stensor)].stages = S
-        bufs = [(self.names[t], tile) for t, tile in self.tiles.items()]
-        scratch = [(f"scratch{tb.ops.index(next(o for o in tb.ops if id(o) == oid))}", tile)
-                   for oid, tile in self.scratch.items()]
-        if not self.opts.smem_plan:
-            off = 0
-            for _, t in bufs + scratch + self._specials():
-                if final:
-                    t.offset = off
-                off += t.bytes
-            return off
-        order = self.exec_order()
-        step = {j: p + 1 for p, j in enumerate(order)}
-        last_step = len(order) + 1
-        pos = {id(o): j for j, o in enumerate(tb.ops)}
-        sizes = {n: t.bytes for n, t in bufs}
-        ranges = live_ranges(tb, order, True, [n for n in self.names.values() if n not in sizes])
-        extra = {}
-        for oid, tile in self.scratch.items():
-            j = pos[oid]
-            out = self.names[id(tb.ops[j].outputs[0])]
-            if tb.ops[j].kind == "forloop_accum":  # the f32 accumulator: as long as its result
-                lo, hi = 0, max(ranges[out].end if out in ranges else last_step, step[j])
-            else:  # rms_norm's row statistics: during the op
-                lo = hi = step[j]
-            extra[f"scratch{j}"] = (tile.bytes, lo, hi)
-        for n, t in self._specials():
-            extra[n] = (t.bytes, 0, last_step)
-        plan = plan_smem(tb, order, enabled=True, capacity=1 << 30, double_buffer=True,
-                         registers=[n for n in self.names.values() if n not in sizes],
-                         timeout_ms=300 if final else 0, sizes=sizes, extra=extra)
-        if final:
-            for n, t in bufs + scratch + self._specials():
-                t.offset = plan.buffers[n].offset
-            self.notes["smem_no_reuse"] = plan.no_reuse_bytes
-        return plan.total_bytes
-
-    def _specials(self) -> list:
-        """Shared-memory buffers that belong to no tile: (name, Tile)."""
-        return [(n, t) for n, t in (("flag", self.flag), ("red", self.red)) if t is not None]
-
-    def _rowwise_dims(self):
-        """(rows, length) of every row reduction this kernel emits (`rowwise`)."""
-        for op in self.tb.ops:
-            x = op.inputs[0] if op.inputs else None
-            if x is None or not x.shape:
-                continue
-            last = (op.kind == "rms_norm" or (op.kind in ("reduction", "reduce_max")
-                                              and op.attrs["dim"] % len(x.shape) == len(x.shape) - 1)
-                    or (op.kind == "forloop_accum" and op.attrs["kind"] in ("sum", "mean", "rms")
-                        and id(op) not in self.sum_regs))
-            if last:
-                yield prod(x.shape[:-1]), x.shape[-1]
-
-    def _row_split(self, rows: int, length: int) -> int:
-        """Warps per row in `warp_rows`: 1, or where the rows are fewer than the warps and
-        long, the largest power of two that keeps every warp busy with >= 32 elements."""
-        nw = self.nthreads // 32
-        if self.nthreads % 32 or rows >= nw or length < 256:
-            return 1
-        w = 1
-        while 2 * w * rows <= nw and 64 * w <= length:
-            w *= 2
-        return w
-
-    def _vec_copy(self, rec, g: GlobalArg) -> int:
-        """Elements per 16-byte chunk if the input tile can be copied with cp.async, else 0."""
-        if not self.opts.async_copy:
-            return 0
-        vec = 16 // g.itemsize
-        tile = rec.stensor.shape
-        if g.strides[-1] != 1 or tile[-1] % vec:
-            return 0
-        if any(s % vec for s in g.strides[:-1]):
-            return 0
-        return vec
 
     # ------------------------------------------------------------------ helpers
     def view(self, t: STensor) -> str:
@@ -580,31 +101,31 @@ class BlockLowering:
 
     def read(self, t: STensor, coords, out_shape) -> str:
         """f32 value of tile `t` at the broadcast of output coordinates `coords`."""
-        tile = self.tiles[id(t)]
+        tile = self.p.tiles[id(t)]
         r, R = len(t.shape), len(out_shape)
         cs = list(coords[R - r:])
         cs = [0 if n == 1 else c for c, n in zip(cs, t.shape)]
         return self.e.load(self.view(t), tile.mtype, tile.offset_of(self.e, cs), tile.elt)
 
     def write(self, t: STensor, coords, v: str) -> None:
-        tile = self.tiles[id(t)]
+        tile = self.p.tiles[id(t)]
         self.e.store(v, self.view(t), tile.mtype, tile.offset_of(self.e, coords), tile.elt)
 
     def elementwise(self, shape, body) -> None:
         """Thread t handles elements t, t + nthreads, ... of `shape`; body(coords)."""
         e = self.e
         n = prod(shape) if shape else 1
-        with e.for_(self.tid, n, self.nthreads) as i:
+        with e.for_(self.tid, n, self.p.nthreads) as i:
             body(e.delinearize(i, shape))
 
     def warp_rows(self, rows: int, length: int, value, combine: str, finish) -> None:
         """One warp per row: value(row, j) -> f32 over j < length, combined across the
         row with `combine` (addf | maximumf) through shuffles; finish(row, v) in lane 0."""
         e = self.e
-        nw = self.nthreads // 32
+        nw = self.p.nthreads // 32
         init = e.f32(0.0 if combine == "addf" else float("-inf"))
         self.notes["warp_reductions"] += 1
-        wpr = self._row_split(rows, length)
+        wpr = self.p._row_split(rows, length)
         if wpr > 1:
             self.split_rows(rows, length, wpr, value, combine, finish, init)
             return
@@ -621,7 +142,7 @@ class BlockLowering:
         memory, and after a barrier thread r combines row r's partials and finishes it."""
         e = self.e
         self.notes["split_rows"] = wpr
-        rv, rm = self.red_view, self.red.mtype
+        rv, rm = self.red_view, self.p.red.mtype
         with e.if_(e.cmp("ult", self.warp, rows * wpr)):
             r, part = e.div(self.warp, wpr), e.rem(self.warp, wpr)
             j, args, res, close = e.for_iter(e.add(e.mul(part, 32), self.lane), length, 32 * wpr, [(init, "f32")])
@@ -660,7 +181,7 @@ class BlockLowering:
             base: Idx = 0
             loop_coef = 0
             for j, a in enumerate(axes):
-                inner = prod(self.lead[b] for b in axes[j + 1:]) * tile[d]
+                inner = prod(self.p.lead[b] for b in axes[j + 1:]) * tile[d]
                 if a == 3:
                     loop_coef = inner
                 else:
@@ -680,23 +201,23 @@ class BlockLowering:
         e = self.e
         rec = self.tb.inputs[k]
         g = self.ins[k]
-        tile = self.tiles[id(rec.stensor)]
+        tile = self.p.tiles[id(rec.stensor)]
         shape = rec.stensor.shape
         blk, itc = self.in_base[k]
         base = e.add(blk, e.mul(it, itc)) if itc else blk
         view = self.views[id(rec.stensor)] if stage is None else self._make_view(
             tile, e.add(tile.offset, e.mul(stage, tile.stage_bytes)))
-        vec = self.async_in[k]
+        vec = self.p.async_in[k]
         if vec:
             cpr = shape[-1] // vec
             n = tile.rows * cpr
-            with e.for_(self.tid, n, self.nthreads) as c:
+            with e.for_(self.tid, n, self.p.nthreads) as c:
                 row = e.div(c, cpr)
                 col = e.mul(e.rem(c, cpr), vec)
                 rc = e.delinearize(row, shape[:-1])
                 goff = e.add(base, e.add(e.dot(rc, g.strides[:-1]), col))
                 soff = tile.offset_rc(e, row, col)
-                if self._streamed(k) and vec * g.itemsize == 16:
+                if self.p._streamed(k) and vec * g.itemsize == 16:
                     ga = e.op(f"arith.index_cast {e.idx(e.add(self._gptr(k), e.mul(goff, g.itemsize)))} : index to i64", "ga")
                     sp = e.op(f"memref.extract_aligned_pointer_as_index {view} : {tile.mtype} -> index", "sp")
                     sa = e.op(f"arith.index_cast {e.idx(e.add(sp, e.mul(soff, g.itemsize)))} : index to i64", "sa")
@@ -714,13 +235,6 @@ class BlockLowering:
                 e.store(v, view, tile.mtype, tile.offset_of(e, cs), tile.elt)
             self.elementwise(shape, body)
 
-    def _streamed(self, k: int) -> bool:
-        """Input k is read once overall (every grid dim > 1 partitions it) and varies
-        with the loop: an L2 evict_first candidate."""
-        rec = self.tb.inputs[k]
-        if not self.opts.evict_first or rec.forloop_dim == -1:
-            return False
-        return all(d != -1 for d, n in zip(rec.imap, self.tb.grid_dim) if n > 1)
 
     def _gptr(self, k: int) -> str:
         """Byte address (index) of input k's global buffer, computed once at entry."""
@@ -734,14 +248,14 @@ class BlockLowering:
         rec = self.tb.outputs[k]
         g = self.outs[k]
         t = rec.stensor
-        tile = self.tiles[id(t)]
+        tile = self.p.tiles[id(t)]
         blk, itc = self.out_base[k]
         base = e.add(blk, e.mul(it, itc)) if itc else blk
         shape = t.shape
         vec = 16 // g.itemsize
         if shape and shape[-1] % vec == 0 and tile.ld % vec == 0 and tile.inner_last:
             cpr = shape[-1] // vec
-            with e.for_(self.tid, tile.rows * cpr, self.nthreads) as c:
+            with e.for_(self.tid, tile.rows * cpr, self.p.nthreads) as c:
                 row = e.div(c, cpr)
                 col = e.mul(e.rem(c, cpr), vec)
                 rc = e.delinearize(row, shape[:-1])
@@ -763,14 +277,14 @@ class BlockLowering:
         k = op.kind
         out = op.outputs[0] if op.outputs else None
         if k == "matmul":
-            if id(op) in self.mma_ops:
+            if id(op) in self.p.mma_ops:
                 frags = self.mma(op, None)
                 self.store_frags(op, frags, out)
             else:
                 self.matmul_generic(op)
             return True
         if k in scalar.BINARY or k in scalar.UNARY or k == "constant":
-            if self.vec_width(op) > 1:
+            if self.p.vec_width(op) > 1:
                 self.elementwise_vec(op, lambda args: [scalar.apply(e, k, args, op.attrs)])
                 return True
 
@@ -798,7 +312,7 @@ class BlockLowering:
             return True
         if k == "rms_norm":
             a = op.inputs[0]
-            sc = self.scratch[id(op)]
+            sc = self.p.scratch[id(op)]
             sv = self.scratch_views[id(op)]
             L = a.shape[-1]
             self.rowwise(a, "addf", True,
@@ -832,56 +346,33 @@ class BlockLowering:
             return True
         raise LoweringError(f"[lowering] block-graph operator '{k}' has no GPU lowering")
 
-    def vec_width(self, op: Op) -> int:
-        """Elements a thread handles at once in the element loop of `op` (element-wise or
-        thread graph): a 16-byte chunk where every tile it reads in full and writes keeps
-        whole chunks contiguous (innermost last dim, rows and offset in whole chunks; a
-        swizzle moves whole chunks), else 1. Broadcast operands of last extent 1 are read
-        once a chunk. The consumers' barriers depend on this (`hazard`)."""
-        if op.kind not in scalar.BINARY + scalar.UNARY + ("constant", "thread_graph") or not self.opts.vectorize:
-            return 1
-        out = op.outputs[0]
-        if not out.shape:
-            return 1
-        n = out.shape[-1]
-        full = [out] + [t for t in op.inputs if t.shape and t.shape[-1] == n and n > 1]
-        if any(t.shape and t.shape[-1] not in (1, n) for t in op.inputs) or len(op.outputs) > 1 and any(
-                o.shape != out.shape for o in op.outputs):
-            return 1
-        tiles = [self.tiles.get(id(t)) for t in full + list(op.outputs[1:])]
-        if any(tl is None for tl in tiles) or len({tl.itemsize for tl in tiles}) != 1:
-            return 1
-        V = 16 // tiles[0].itemsize
-        if n % V or any(not tl.inner_last or tl.ld % V or tl.offset % 16 for tl in tiles):
-            return 1
-        return V
 
     def elementwise_vec(self, op: Op, fn) -> None:
         """The element loop of `op` over 16-byte chunks: each thread loads a chunk of each
         full operand (one vector load), computes the chunk's elements in f32 with
         `fn(args) -> [value per output]`, and stores each output chunk (one vector store)."""
         e = self.e
-        V = self.vec_width(op)
+        V = self.p.vec_width(op)
         out = op.outputs[0]
         shape = out.shape
         n = shape[-1]
         per_row = n // V
         self.notes["vector_loops"] = self.notes.get("vector_loops", 0) + 1
-        with e.for_(self.tid, prod(shape[:-1]) * per_row, self.nthreads) as c:
+        with e.for_(self.tid, prod(shape[:-1]) * per_row, self.p.nthreads) as c:
             row = e.div(c, per_row)
             cs = self.row_coords(row, shape) + [e.mul(e.rem(c, per_row), V)]
             lanes = []
             for t in op.inputs:
                 r = len(t.shape)
                 if t.shape and t.shape[-1] == n and n > 1:
-                    tl = self.tiles[id(t)]
+                    tl = self.p.tiles[id(t)]
                     coords = [0 if m == 1 else x for x, m in zip(cs[len(cs) - r:], t.shape)]
                     lanes.append(self.load_chunk(self.view(t), tl, tl.offset_of(e, coords), V))
                 else:
                     lanes.append([self.read(t, cs, shape)] * V)
             vals = [fn([a[i] for a in lanes]) for i in range(V)]
             for k, o in enumerate(op.outputs):
-                tl = self.tiles[id(o)]
+                tl = self.p.tiles[id(o)]
                 self.store_chunk([v[k] for v in vals], self.view(o), tl, tl.offset_of(e, cs))
 
     def load_chunk(self, view: str, tl: Tile, off: Idx, V: int) -> list[str]:
@@ -909,11 +400,11 @@ class BlockLowering:
             x = self.read(a, self.row_coords(r, a.shape) + [j], a.shape)
             return e.fbin("mulf", x, x) if square else x
 
-        if self.nthreads % 32 == 0:
+        if self.p.nthreads % 32 == 0:
             self.warp_rows(rows, L, value, combine, finish)
         else:
             init = e.f32(0.0 if combine == "addf" else float("-inf"))
-            with e.for_(self.tid, rows, self.nthreads) as r:
+            with e.for_(self.tid, rows, self.p.nthreads) as r:
                 j, args, res, close = e.for_iter(0, L, 1, [(init, "f32")])
                 close([e.fbin(combine, args[0], value(r, j))])
                 finish(r, res[0])
@@ -923,7 +414,7 @@ class BlockLowering:
         a, out = op.inputs[0], op.outputs[0]
         d = op.attrs["dim"] % len(a.shape)
         if d == len(a.shape) - 1:
-            otile = self.tiles[id(out)]
+            otile = self.p.tiles[id(out)]
             self.rowwise(a, combine, False, lambda r, v: e.store(
                 v, self.view(out), otile.mtype, otile.offset_of(e, self.row_coords(r, a.shape) + [0]), otile.elt))
             return
@@ -967,7 +458,7 @@ class BlockLowering:
         e = self.e
         th = op.body
         out_shape = op.outputs[0].shape
-        if self.vec_width(op) > 1:
+        if self.p.vec_width(op) > 1:
             def fn(args):
                 env = {id(s): a for s, a in zip(th.inputs, args)}
                 for o in th.ops:
@@ -999,18 +490,10 @@ class BlockLowering:
         self.elementwise(out.shape, body)
 
     # ------------------------------------------------------------------ tensor cores
-    def mma_geometry(self, op: Op):
-        a, b = op.inputs
-        M, K, N = prod(a.shape[:-1]), a.shape[-1], b.shape[-1]
-        MT, NT = -(-M // 16), N // 8
-        T = MT * NT
-        nw = self.nthreads // 32
-        tpw = -(-T // nw)
-        return M, K, N, MT, NT, T, tpw
 
     def _frag_tiles(self, op: Op):
         e = self.e
-        M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
+        M, K, N, MT, NT, T, tpw = self.p.mma_geometry(op)
         res = []
         for j in range(tpw):
             t = e.add(e.mul(self.warp, tpw), j)
@@ -1024,9 +507,9 @@ class BlockLowering:
         e = self.e
         self.notes["mma"] += 1
         a, b = op.inputs
-        M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
-        areg = self.reg_vals.get(self.a_from_regs[id(op)]) if id(op) in self.a_from_regs else None
-        ta, tb_ = (None if areg else self.tiles[id(a)]), self.tiles[id(b)]
+        M, K, N, MT, NT, T, tpw = self.p.mma_geometry(op)
+        areg = self.reg_vals.get(self.p.a_from_regs[id(op)]) if id(op) in self.p.a_from_regs else None
+        ta, tb_ = (None if areg else self.p.tiles[id(a)]), self.p.tiles[id(b)]
         va, vb = (None if areg else self.views2d[id(a)]), self.views2d[id(b)]
         elt = tb_.elt
         tiles = self._frag_tiles(op)
@@ -1124,7 +607,7 @@ class BlockLowering:
         lanes of the quad (shuffles xor 1, 2); lane 4g adds rows g and g+8 of each row block
         to the f32 scratch (each row is owned by one warp)."""
         e = self.e
-        sc = self.scratch[id(op)]
+        sc = self.p.scratch[id(op)]
         sv = self.scratch_views[id(op)]
         NT, vals = vals
         rpw = len(vals) // NT
@@ -1149,12 +632,12 @@ class BlockLowering:
     def store_frags(self, op: Op, frags: list[str], out: STensor, scale=None) -> None:
         """Write this warp's C fragments (rows < M) to tile `out`."""
         e = self.e
-        M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
-        tile = self.tiles[id(out)]
+        M, K, N, MT, NT, T, tpw = self.p.mma_geometry(op)
+        tile = self.p.tiles[id(out)]
         g = e.div(self.lane, 4)
         c0 = e.mul(e.rem(self.lane, 4), 2)
         for (t, mt, nt), f in zip(self._frag_tiles(op), frags):
-            valid = e.cmp("ult", t, T) if tpw * (self.nthreads // 32) > T else None
+            valid = e.cmp("ult", t, T) if tpw * (self.p.nthreads // 32) > T else None
             ctx = e.if_(valid) if valid else None
             if ctx:
                 ctx.__enter__()
@@ -1180,7 +663,7 @@ class BlockLowering:
         e = self.e
         kind = op.attrs["kind"]
         x = op.inputs[0]
-        sc = self.scratch[id(op)]
+        sc = self.p.scratch[id(op)]
         sv = self.scratch_views[id(op)]
         if kind in ("none", "max"):
             comb = "addf" if kind == "none" else "maximumf"
@@ -1208,7 +691,7 @@ class BlockLowering:
 
     def accum_init(self, op: Op) -> None:
         e = self.e
-        sc = self.scratch[id(op)]
+        sc = self.p.scratch[id(op)]
         sv = self.scratch_views[id(op)]
         v = e.f32(float("-inf") if op.attrs["kind"] == "max" else 0.0)
         self.elementwise(sc.shape, lambda cs: e.store(v, sv, sc.mtype, e.dot(cs, _row_major(sc.shape)), "f32"))
@@ -1216,10 +699,10 @@ class BlockLowering:
     def accum_finish(self, op: Op) -> None:
         e = self.e
         kind = op.attrs["kind"]
-        sc = self.scratch[id(op)]
+        sc = self.p.scratch[id(op)]
         sv = self.scratch_views[id(op)]
         out = op.outputs[0]
-        count = float(self.R * op.inputs[0].shape[-1])
+        count = float(self.p.R * op.inputs[0].shape[-1])
 
         def body(cs):
             v = e.load(sv, sc.mtype, e.dot(cs, _row_major(sc.shape)), "f32")
@@ -1243,9 +726,6 @@ class BlockLowering:
         the raw f32 accumulators to the workspace `ws`; mode "combine" (grid as the μGraph
         says) reduces the `split` partials, finishes the accumulators and runs the ops
         after the loop and the output savers."""
-        if self.mode == "combine":
-            self.opts = replace(self.opts, stages=1)
-        self.plan()
         e = self.e
         tb = self.tb
         bx, by, bz = tb.block_dim
@@ -1274,24 +754,24 @@ class BlockLowering:
         self.smem_base = e.op(f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>", "smem")
         self.gptrs: dict[int, str] = {}
         for k in range(len(tb.inputs)):
-            if self._streamed(k) and self.async_in[k]:
+            if self.p._streamed(k) and self.p.async_in[k]:
                 self._gptr(k)
-        staged = {id(tb.inputs[k].stensor) for k in self.varying_async} if self.S > 1 else set()
-        for tid_, tile in self.tiles.items():
+        staged = {id(tb.inputs[k].stensor) for k in self.p.varying_async} if self.p.S > 1 else set()
+        for tid_, tile in self.p.tiles.items():
             if tid_ in staged:
                 continue
             self.views[tid_] = self._make_view(tile, tile.offset)
-        for oid, tile in self.scratch.items():
+        for oid, tile in self.p.scratch.items():
             self.scratch_views[oid] = self._make_view(tile, tile.offset)
-        if self.flag is not None:
-            self.flag_view = self._make_view(self.flag, self.flag.offset)
-        if self.red is not None:
-            self.red_view = self._make_view(self.red, self.red.offset)
+        if self.p.flag is not None:
+            self.flag_view = self._make_view(self.p.flag, self.p.flag.offset)
+        if self.p.red is not None:
+            self.red_view = self._make_view(self.p.red, self.p.red.offset)
         for op in tb.ops:
-            if id(op) in self.mma_ops:
+            if id(op) in self.p.mma_ops:
                 for t in op.inputs:
-                    if id(t) not in staged and id(t) not in self.reg_tiles:
-                        self.views2d[id(t)] = self._make_view(self.tiles[id(t)], self.tiles[id(t)].offset, True)
+                    if id(t) not in staged and id(t) not in self.p.reg_tiles:
+                        self.views2d[id(t)] = self._make_view(self.p.tiles[id(t)], self.p.tiles[id(t)].offset, True)
         self.in_base = [self._global_base(self.ins[k], rec.stensor.shape, rec.imap, rec.forloop_dim)
                         for k, rec in enumerate(tb.inputs)]
         self.out_base = [self._global_base(self.outs[k], rec.stensor.shape, rec.omap, rec.forloop_dim)
@@ -1310,7 +790,7 @@ class BlockLowering:
         if self.mode == "combine":
             for k in inv:
                 self.load_input(k, 0, None)
-            if any(self.async_in[k] for k in inv):
+            if any(self.p.async_in[k] for k in inv):
                 e.line("nvvm.cp.async.commit.group")
                 e.line("nvvm.cp.async.wait.group 0")
             for op in accs:
@@ -1323,47 +803,47 @@ class BlockLowering:
             return self.lower_scheduled(accs, inv, split)
 
         R, it0, reg_ops, reg_inits = self.loop_setup(accs, inv, split, wait_invariant=True)
-        S = self.S
+        S = self.p.S
         it, args, res, close = e.for_iter(0, R, 1, reg_inits or [(e.f32(0.0), "f32")])
         itg = e.add(it0, it)
         # loads of this iteration
         if S > 1:
             nxt = e.add(it, S - 1)
             with e.if_(e.cmp("ult", nxt, R)):
-                for k in self.varying_async:
+                for k in self.p.varying_async:
                     self.load_input(k, e.add(it0, nxt), e.rem(nxt, S))
             e.line("nvvm.cp.async.commit.group")
             e.line(f"nvvm.cp.async.wait.group {S - 1}")
             slot = e.rem(it, S)
-            for k in self.varying_async:
+            for k in self.p.varying_async:
                 t = tb.inputs[k].stensor
-                tile = self.tiles[id(t)]
+                tile = self.p.tiles[id(t)]
                 boff = e.add(tile.offset, e.mul(slot, tile.stage_bytes))
                 self.views[id(t)] = self._make_view(tile, boff)
                 self.views2d[id(t)] = self._make_view(tile, boff, True)
         sync_varying = [k for k, rec in enumerate(tb.inputs)
-                        if rec.forloop_dim != -1 and (S == 1 or k not in self.varying_async)]
+                        if rec.forloop_dim != -1 and (S == 1 or k not in self.p.varying_async)]
         for k in sync_varying:
             self.load_input(k, itg, None)
-        if S == 1 and any(self.async_in[k] for k in sync_varying):
+        if S == 1 and any(self.p.async_in[k] for k in sync_varying):
             e.line("nvvm.cp.async.commit.group")
             e.line("nvvm.cp.async.wait.group 0")
         e.barrier()
         # compute
         for op in pre_ops:
-            if id(op) in self.mma_ops and any(self.reg_acc.get(id(a)) is op for a in accs):
+            if id(op) in self.p.mma_ops and any(self.p.reg_acc.get(id(a)) is op for a in accs):
                 continue  # computed by its register accumulator below
             self.emit_op(op)
             e.barrier()
         new_frags = []
         pos = 0
         for op in reg_ops:
-            mm = self.reg_acc[id(op)]
-            n = self.mma_geometry(mm)[-1]
+            mm = self.p.reg_acc[id(op)]
+            n = self.p.mma_geometry(mm)[-1]
             new_frags += self.mma(mm, args[pos:pos + n])
             pos += n
         for op in accs:
-            if id(op) not in self.reg_acc:
+            if id(op) not in self.p.reg_acc:
                 self.accum_update(op)
         for k, rec in enumerate(tb.outputs):
             if rec.forloop_dim != -1:
@@ -1375,9 +855,9 @@ class BlockLowering:
         # after the loop
         pos = 0
         for op in accs:
-            if id(op) in self.reg_acc:
-                mm = self.reg_acc[id(op)]
-                n = self.mma_geometry(mm)[-1]
+            if id(op) in self.p.reg_acc:
+                mm = self.p.reg_acc[id(op)]
+                n = self.p.mma_geometry(mm)[-1]
                 if self.mode == "partial":
                     self.frags_to_ws(mm, res[pos:pos + n], op)
                 else:
@@ -1388,7 +868,7 @@ class BlockLowering:
             else:
                 self.accum_finish(op)
         if self.mode == "partial":
-            if self.fold:
+            if self.p.fold:
                 self.fold_combine(accs, post_ops)
             return self._finish()
         e.barrier()
@@ -1399,7 +879,7 @@ class BlockLowering:
         e = self.e
         if self.opts.schedule:  # preceded by a barrier: nothing pending
             self._reset()
-            self.post_region([j for j in self.exec_order() if self.region[j] == "post"])
+            self.post_region([j for j in self.p.exec_order() if self.p.region[j] == "post"])
             return
         for op in post_ops:
             self.emit_op(op)
@@ -1418,7 +898,7 @@ class BlockLowering:
         self._reset()
 
     def _range(self, key) -> tuple[int, int]:
-        t = self.tiles.get(key) or self.scratch.get(key)
+        t = self.p.tiles.get(key) or self.p.scratch.get(key)
         return (t.offset, t.offset + t.bytes) if t is not None else (0, 0)
 
     def _overlaps(self, key, others) -> bool:
@@ -1436,8 +916,8 @@ class BlockLowering:
         other threads since the last barrier (the optimizer's rule, `_Deps.needs_sync`),
         or a buffer it writes shares memory with one read or written since (a dead tile
         whose space the shared-memory plan reuses)."""
-        need = any(id(t) in self.dirty and (j is None or self.deps.needs_sync(t, j)
-                                             or self.written_by.get(id(t), 1) != self.vec_width(self.tb.ops[j]))
+        need = any(id(t) in self.dirty and (j is None or self.p.deps.needs_sync(t, j)
+                                             or self.written_by.get(id(t), 1) != self.p.vec_width(self.tb.ops[j]))
                    for t in reads)
         need = need or any(self._overlaps(w, self.readset | self.dirty) for w in writes)
         if need:
@@ -1447,38 +927,38 @@ class BlockLowering:
         """Emit op j of the block graph with the barrier it needs before it."""
         op = self.tb.ops[j]
         if op.kind == "forloop_accum":
-            if id(op) in self.reg_acc:
-                mm = self.reg_acc[id(op)]
+            if id(op) in self.p.reg_acc:
+                mm = self.p.reg_acc[id(op)]
                 self.hazard(self.tb.ops.index(mm), mm.inputs, [])
                 self.readset.update(id(t) for t in mm.inputs)
-                n = self.mma_geometry(mm)[-1]
+                n = self.p.mma_geometry(mm)[-1]
                 pos = self.reg_pos[id(op)]
                 self.new_frags[pos:pos + n] = self.mma(mm, self.frag_args[pos:pos + n])
                 return
             self.hazard(j, op.inputs, [id(op)])
-            if id(op) in self.sum_regs:
-                self.frag_row_sums(op, self.reg_vals[self.sum_regs[id(op)]])
+            if id(op) in self.p.sum_regs:
+                self.frag_row_sums(op, self.reg_vals[self.p.sum_regs[id(op)]])
             else:
                 self.accum_update(op)
             self.readset.update(id(t) for t in op.inputs)
             if op.attrs["kind"] in ("sum", "mean", "rms"):  # rows combined by warps, lane 0 writes
                 self.dirty.add(id(op))
             return
-        if id(op) in self.mma_ops and any(self.reg_acc.get(id(a)) is op for a in self.tb.ops):
+        if id(op) in self.p.mma_ops and any(self.p.reg_acc.get(id(a)) is op for a in self.tb.ops):
             return  # computed by its register accumulator
-        if id(op) in self.fused_unary:
+        if id(op) in self.p.fused_unary:
             return  # applied to the fragments of its matmul
-        if id(op) in self.frag_fuse:
+        if id(op) in self.p.frag_fuse:
             self.hazard(j, op.inputs, [])
-            u = self.frag_fuse[id(op)]
-            self.reg_vals[id(u.outputs[0])] = (self.mma_geometry(op)[4], self.frag_unary(op, u, self.mma(op, None)))
+            u = self.p.frag_fuse[id(op)]
+            self.reg_vals[id(u.outputs[0])] = (self.p.mma_geometry(op)[4], self.frag_unary(op, u, self.mma(op, None)))
             self.readset.update(id(t) for t in op.inputs)
             return
-        writes = [id(t) for t in op.outputs if id(t) in self.tiles] + ([id(op)] if id(op) in self.scratch else [])
+        writes = [id(t) for t in op.outputs if id(t) in self.p.tiles] + ([id(op)] if id(op) in self.p.scratch else [])
         self.hazard(j, op.inputs, writes)
         self.emit_op(op)
         for t in op.outputs:  # which thread wrote which element: the element loop's chunk width
-            self.written_by[id(t)] = self.vec_width(op)
+            self.written_by[id(t)] = self.p.vec_width(op)
         self.readset.update(id(t) for t in op.inputs)
         self.dirty.update(writes)
 
@@ -1500,31 +980,31 @@ class BlockLowering:
         initial values (`self.reg_pos` maps each to its first fragment)."""
         e = self.e
         for op in accs:
-            if id(op) not in self.reg_acc:
+            if id(op) not in self.p.reg_acc:
                 self.accum_init(op)
         for k in inv:
             self.load_input(k, 0, None)
-        if any(self.async_in[k] for k in inv):
+        if any(self.p.async_in[k] for k in inv):
             e.line("nvvm.cp.async.commit.group")
             if wait_invariant:
                 e.line("nvvm.cp.async.wait.group 0")
         if wait_invariant:
             e.barrier()
-        R = self.R // split  # iterations run by this block
+        R = self.p.R // split  # iterations run by this block
         it0 = e.mul(self.sp, R)
-        if self.S > 1:
-            for s in range(self.S - 1):
+        if self.p.S > 1:
+            for s in range(self.p.S - 1):
                 if s < R:
-                    for k in self.varying_async:
+                    for k in self.p.varying_async:
                         self.load_input(k, e.add(it0, s), s)
                 e.line("nvvm.cp.async.commit.group")
         reg_inits = []
-        reg_ops = [op for op in accs if id(op) in self.reg_acc]
+        reg_ops = [op for op in accs if id(op) in self.p.reg_acc]
         zero = e.const("0.000000e+00", "vector<2x2xf32>")
         self.reg_pos = {}
         for op in reg_ops:
             self.reg_pos[id(op)] = len(reg_inits)
-            reg_inits += [(zero, "vector<2x2xf32>")] * self.mma_geometry(self.reg_acc[id(op)])[-1]
+            reg_inits += [(zero, "vector<2x2xf32>")] * self.p.mma_geometry(self.p.reg_acc[id(op)])[-1]
         return R, it0, reg_ops, reg_inits
 
     def lower_scheduled(self, accs, inv, split: int) -> KernelInfo:
@@ -1534,30 +1014,30 @@ class BlockLowering:
         iteration i + S - 1 into the slot iteration i - 1 read: the barrier covers both)."""
         e = self.e
         tb = self.tb
-        order = self.exec_order()
-        loop = [j for j in order if self.region[j] == "loop"]
-        post = [j for j in order if self.region[j] == "post"]
+        order = self.p.exec_order()
+        loop = [j for j in order if self.p.region[j] == "loop"]
+        post = [j for j in order if self.p.region[j] == "post"]
         self._reset()
         R, it0, reg_ops, reg_inits = self.loop_setup(accs, inv, split, wait_invariant=False)
-        S = self.S
+        S = self.p.S
         it, args, res, close = e.for_iter(0, R, 1, reg_inits or [(e.f32(0.0), "f32")])
         self.frag_args = args
         self.new_frags = list(args) if reg_inits else []
         itg = e.add(it0, it)
         sync_varying = [k for k, rec in enumerate(tb.inputs)
-                        if rec.forloop_dim != -1 and (S == 1 or k not in self.varying_async)]
+                        if rec.forloop_dim != -1 and (S == 1 or k not in self.p.varying_async)]
         if S > 1:
             e.line(f"nvvm.cp.async.wait.group {S - 2}")
             e.barrier()
             nxt = e.add(it, S - 1)
             with e.if_(e.cmp("ult", nxt, R)):
-                for k in self.varying_async:
+                for k in self.p.varying_async:
                     self.load_input(k, e.add(it0, nxt), e.rem(nxt, S))
             e.line("nvvm.cp.async.commit.group")
             slot = e.rem(it, S)
-            for k in self.varying_async:
+            for k in self.p.varying_async:
                 t = tb.inputs[k].stensor
-                tile = self.tiles[id(t)]
+                tile = self.p.tiles[id(t)]
                 boff = e.add(tile.offset, e.mul(slot, tile.stage_bytes))
                 self.views[id(t)] = self._make_view(tile, boff)
                 self.views2d[id(t)] = self._make_view(tile, boff, True)
@@ -1565,7 +1045,7 @@ class BlockLowering:
             e.barrier()  # the previous iteration is done with the tiles these copies overwrite
         for k in sync_varying:
             self.load_input(k, itg, None)
-        if S == 1 and any(self.async_in[k] for k in sync_varying + inv):
+        if S == 1 and any(self.p.async_in[k] for k in sync_varying + inv):
             e.line("nvvm.cp.async.commit.group")
             e.line("nvvm.cp.async.wait.group 0")
         if S == 1 or sync_varying:
@@ -1583,9 +1063,9 @@ class BlockLowering:
         # after the loop: the state of the last iteration's end carries on
         for op in accs:
             out = op.outputs[0]
-            if id(op) in self.reg_acc:
-                mm = self.reg_acc[id(op)]
-                pos, n = self.reg_pos[id(op)], self.mma_geometry(mm)[-1]
+            if id(op) in self.p.reg_acc:
+                mm = self.p.reg_acc[id(op)]
+                pos, n = self.reg_pos[id(op)], self.p.mma_geometry(mm)[-1]
                 if self.mode == "partial":
                     self.frags_to_ws(mm, res[pos:pos + n], op)
                 else:
@@ -1603,7 +1083,7 @@ class BlockLowering:
                 self.readset.add(id(op))
                 self.dirty.add(id(out))
         if self.mode == "partial":
-            if self.fold:
+            if self.p.fold:
                 self.fold_combine(accs, None)
             return self._finish()
         self.post_region(post)
@@ -1614,11 +1094,11 @@ class BlockLowering:
         e = self.e
         n = prod(op.outputs[0].shape)
         nblocks = prod(self.tb.grid_dim)
-        return e.add(self.ws_off[id(op)], e.add(e.mul(e.add(e.mul(split_idx, nblocks), self.blin), n), elem))
+        return e.add(self.p.ws_off[id(op)], e.add(e.mul(e.add(e.mul(split_idx, nblocks), self.blin), n), elem))
 
     def frags_to_ws(self, mm: Op, frags, op: Op) -> None:
         e = self.e
-        M, K, N, MT, NT, T, tpw = self.mma_geometry(mm)
+        M, K, N, MT, NT, T, tpw = self.p.mma_geometry(mm)
         ws = self.ws
         gq = e.div(self.lane, 4)
         c0 = e.mul(e.rem(self.lane, 4), 2)
@@ -1634,7 +1114,7 @@ class BlockLowering:
 
     def scratch_to_ws(self, op: Op) -> None:
         e = self.e
-        sc = self.scratch[id(op)]
+        sc = self.p.scratch[id(op)]
         sv = self.scratch_views[id(op)]
         ws = self.ws
         e.barrier()
@@ -1655,8 +1135,8 @@ class BlockLowering:
         fence = 'llvm.inline_asm has_side_effects "fence.acq_rel.gpu;", "" : () -> ()'
         e.line(fence)
         e.barrier()
-        cnt = e.add(self.cnt_off, self.blin)
-        fm = self.flag.mtype
+        cnt = e.add(self.p.cnt_off, self.blin)
+        fm = self.p.flag.mtype
         with e.if_(e.cmp("eq", self.tid, 0)):
             old = e.op(f"memref.atomic_rmw addf {e.f32(1.0)}, {ws.name}[{e.idx(cnt)}] : (f32, {ws.mtype}) -> f32", "f")
             e.store(old, self.flag_view, fm, 0, "f32")
@@ -1679,7 +1159,7 @@ class BlockLowering:
         ws = self.ws
         comb = "maximumf" if kind == "max" else "addf"
         init = e.f32(float("-inf") if kind == "max" else 0.0)
-        count = float(self.R * op.inputs[0].shape[-1])
+        count = float(self.p.R * op.inputs[0].shape[-1])
 
         def body(cs):
             i = e.dot(cs, _row_major(out.shape))
@@ -1702,4 +1182,4 @@ class BlockLowering:
                 f"known_grid_size = array<i32: {g[0]}, {g[1]}, {g[2]}>}} {{")
         text = "\n".join(["    " + head] + e.text() + ["      gpu.return", "    }"])
         self.notes["split"] = self.split
-        return KernelInfo(self.name, tuple(g), tuple(self.tb.block_dim), self.smem, text, dict(self.notes))
+        return KernelInfo(self.name, tuple(g), tuple(self.tb.block_dim), self.p.smem, text, dict(self.notes))

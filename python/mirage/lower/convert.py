@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 from ..core.graph import KNGraph, Op, row_major_strides
-from .block import BlockLowering, GlobalArg, KernelInfo, LoweringError, Options, choose_split
+from .block import BlockLowering, KernelInfo
+from .kernel_plan import GlobalArg, KernelPlan, LoweringError, Options, choose_split
 from .predefined import default_block_graph
 
 
@@ -74,10 +75,10 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
         a partial kernel that folds the combine (or partial + combine kernels)."""
         split = choose_split(body, opts)
         if split > 1:
-            probe = BlockLowering(body, kname, ins, [], opts, "partial", split)
+            ws_size = KernelPlan(body, ins, opts, "partial", split, False, kname).ws_size
             wsi = len(buffers)
-            buffers.append({"shape": [probe.ws_size], "dtype": "f32"})
-            ws = GlobalArg("%ws", (probe.ws_size,), (1,), "f32", 4)
+            buffers.append({"shape": [ws_size], "dtype": "f32"})
+            ws = GlobalArg("%ws", (ws_size,), (1,), "f32", 4)
             stages = ((("partial", kname + "_split", outs),) if opts.fold_combine else
                       (("partial", kname + "_partial", []), ("combine", kname + "_combine", outs)))
             n_in = len(ins)

@@ -16,7 +16,7 @@ import json
 
 from .. import diagnostics as D
 from ..passes import Option, Pass, PassFailure, parse_bool, register
-from .block import LoweringError, Options
+from .kernel_plan import LoweringError, Options
 
 
 def _lower_module(module, opts: Options) -> None:

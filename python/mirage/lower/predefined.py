@@ -24,7 +24,7 @@ from math import gcd, prod
 
 from ..core import ops as O
 from ..core.graph import Op, TBGraph
-from .block import LoweringError
+from .kernel_plan import LoweringError
 
 THREADS = 128
 ELEMWISE_TILE = 2048  # elements of the output tile per block (element-wise and layout ops)

@@ -1,0 +1,586 @@
+"""The plan of one graph-defined kernel: every decision the lowering takes before it
+emits a line, as data (no MLIR, no emitter), so it can be printed (`describe()`),
+unit-tested, and read by the emitters in `block.py`.
+
+Decided here, from the block graph, its device tensors and the `Options`:
+
+- which matmuls run on the tensor cores, and which keep their result in registers
+  (a `none` accumulator carrying the fragments, or an element-wise op applied to them and
+  fed to the next matmul / a `sum` accumulator: `frag_fuse`);
+- each tile's shared-memory layout (padding or swizzle, innermost dim; the optimizer's
+  layout plan), its offset (the optimizer's shared-memory plan) and ring depth;
+- which inputs are 16-byte cp.async copies, which stream with an L2 evict_first policy;
+- the order of the ops (the optimizer's schedule) and where warps share a row
+  reduction (`row_split`) or an element loop moves 16-byte chunks (`vec_width`);
+- the split of the for-loop over blocks (`choose_split`) and the workspace it needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import prod
+
+from ..core.graph import GraphError, Op, STensor, TBGraph
+from ..optimize.layout import select_layouts
+from ..optimize.plan import tile_names
+from ..optimize.schedule import _Deps, schedule as schedule_ops
+from ..optimize.smem import live_ranges, plan_smem
+from . import scalar
+from .emitter import SMEM, Emitter, Idx
+
+class LoweringError(GraphError):
+    """A μGraph that this lowering cannot turn into a GPU kernel (the message says why)."""
+
+
+ALIGN = 128
+
+
+
+
+@dataclass
+class Tile:
+    shape: tuple
+    elt: str  # f16 | bf16 | f32
+    itemsize: int
+    ld: int = 0
+    rows_alloc: int = 0
+    stages: int = 1
+    offset: int = 0  # bytes in dynamic shared memory
+    inner: int = -1  # the dim stored contiguously (-1: the last); the layout plan's
+    swizzle: int = 0  # XOR swizzle in bytes (TileLayout.offset); 0 = none
+
+    def __post_init__(self):
+        if not self.ld:
+            self.ld = self.cols
+        if not self.rows_alloc:
+            self.rows_alloc = self.rows
+
+    @property
+    def cols(self) -> int:
+        return self.shape[-1] if self.shape else 1
+
+    @property
+    def rows(self) -> int:
+        return prod(self.shape[:-1]) if self.shape else 1
+
+    @property
+    def elems(self) -> int:
+        return self.rows_alloc * self.ld
+
+    @property
+    def stage_bytes(self) -> int:
+        return -(-self.elems * self.itemsize // ALIGN) * ALIGN
+
+    @property
+    def bytes(self) -> int:
+        return self.stage_bytes * self.stages
+
+    @property
+    def mtype(self) -> str:
+        return f"memref<{self.elems}x{self.elt}, {SMEM}>"
+
+    @property
+    def mtype2d(self) -> str:
+        return f"memref<{self.rows_alloc}x{self.ld}x{self.elt}, {SMEM}>"
+
+    @property
+    def inner_last(self) -> bool:
+        return not self.shape or self.inner in (-1, len(self.shape) - 1)
+
+    def layout_strides(self) -> list:
+        """Element strides of a tile whose innermost dim is `inner` (the optimizer's
+        `TileLayout.strides`): the other dims row-major around it."""
+        r = len(self.shape)
+        inner = self.inner % r
+        order = [d for d in range(r) if d != inner] + [inner]
+        st, acc = [0] * r, 1
+        for d in reversed(order):
+            st[d] = acc
+            acc *= self.shape[d]
+        return st
+
+    def swz(self, e: Emitter, row: Idx, col: Idx, n: int) -> Idx:
+        """`TileLayout.offset` of (row, col) for rows of n elements under the swizzle:
+        the 16-byte chunk c of row r is stored at chunk c ^ ((r // per_phase) % (S // 16))."""
+        vec = 16 // self.itemsize
+        per_phase = max(1, 128 // (n * self.itemsize))
+        phase = e.rem(e.div(row, per_phase), self.swizzle // 16)
+        return e.add(e.mul(row, n), e.add(e.mul(e.xor(e.div(col, vec), phase), vec), e.rem(col, vec)))
+
+    def chunk_col(self, e: Emitter, row: Idx, col: Idx) -> Idx:
+        """Physical column of the 16-byte chunk starting at logical (row, col) (col a
+        multiple of the chunk), for 2-d views [rows_alloc x ld] (ldmatrix addresses)."""
+        if not self.swizzle:
+            return col
+        vec = 16 // self.itemsize
+        per_phase = max(1, 128 // (self.cols * self.itemsize))
+        phase = e.rem(e.div(row, per_phase), self.swizzle // 16)
+        return e.mul(e.xor(e.div(col, vec), phase), vec)
+
+    def offset_rc(self, e: Emitter, row: Idx, col: Idx) -> Idx:
+        """Offset of element `col` of flattened row `row` (rows over all dims but the last)."""
+        if self.inner_last:
+            if self.swizzle:
+                return self.swz(e, row, col, self.cols)
+            return e.add(e.mul(row, self.ld), col)
+        return self.offset_of(e, e.delinearize(row, self.shape[:-1]) + [col])
+
+    def offset_of(self, e: Emitter, coords) -> Idx:
+        if not self.shape:
+            return 0
+        if self.inner_last:
+            row = e.dot(coords[:-1], _row_major(self.shape[:-1]))
+            return self.offset_rc(e, row, coords[-1])
+        lin = e.dot(coords, self.layout_strides())
+        if not self.swizzle:
+            return lin
+        n = self.shape[self.inner % len(self.shape)]
+        return self.swz(e, e.div(lin, n), e.rem(lin, n), n)
+
+
+def _row_major(shape):
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+@dataclass
+class GlobalArg:
+    name: str  # SSA name of the kernel argument
+    shape: tuple
+    strides: tuple
+    elt: str
+    itemsize: int
+
+    @property
+    def span(self) -> int:
+        return 1 + sum((d - 1) * s for d, s in zip(self.shape, self.strides))
+
+    @property
+    def mtype(self) -> str:
+        return f"memref<{self.span}x{self.elt}>"
+
+
+@dataclass
+class Options:
+    tensor_cores: bool = True
+    async_copy: bool = True
+    stages: int = 4  # ring depth for loop-varying inputs (>= 2: prefetch)
+    smem_capacity: int = 227 * 1024
+    split: int = 0  # blocks sharing one for-loop (split-K); 0 = choose (see choose_split)
+    sms: int = 132  # multiprocessors of the target (H100/H200 SXM)
+    unroll_k: int = 32  # unroll the k-steps of a tile matmul up to this many
+    # split for-loop: the last block of each split group to finish combines the partials
+    # and runs the epilogue (one kernel; arrival counters in the workspace) instead of a
+    # second, combine kernel
+    fold_combine: bool = True
+    # inputs that each element of which one block reads (no grid dim replicates them, e.g.
+    # the weights of a GEMV) are copied with an L2 evict_first policy, so that streaming
+    # them does not push other data out of L2 (nor force write-backs of dirty lines)
+    evict_first: bool = True
+    # the μGraph optimizer's plan (paper §6), each switchable for the Figure-12 ablation:
+    # layout: tiles take the ILP's innermost dim and swizzle (swizzled ldmatrix operands
+    # instead of padded rows); schedule: ops run in the plan's depth order with a barrier
+    # only where a tile written by other threads is read (or dead memory is reused), and
+    # one barrier per iteration of the cp.async ring; smem_plan: shared-memory offsets
+    # reuse the space of dead tiles (live ranges of the schedule)
+    layout: bool = True
+    schedule: bool = True
+    smem_plan: bool = True
+    # matmul -> unary op kept in the mma fragments (registers), feeding the next tensor-core
+    # matmul's A operand and `sum` accumulators directly (schedule on; `_plan_frag_fusion`)
+    frag_fusion: bool = True
+    # element loops move 16-byte chunks (vector loads/stores of shared memory) where the
+    # tiles allow it (`BlockLowering.vec_width`)
+    vectorize: bool = True
+
+
+def split_ok(tb: TBGraph) -> bool:
+    """Whether the for-loop can be split across blocks: every output is saved after
+    the loop and at least one accumulator exists."""
+    if tb.forloop_range < 2 or any(o.forloop_dim != -1 for o in tb.outputs):
+        return False
+    return any(op.kind == "forloop_accum" for op in tb.ops)
+
+
+def choose_split(tb: TBGraph, opts: "Options") -> int:
+    """Split the for-loop when the grid has fewer blocks than 3/4 of the multiprocessors:
+    the largest divisor s of the loop range with blocks * s <= 4 * SMs and at least two
+    iterations per block left (so the cp.async ring still prefetches)."""
+    if opts.split:
+        return opts.split if split_ok(tb) and tb.forloop_range % opts.split == 0 else 1
+    blocks = prod(tb.grid_dim)
+    if not split_ok(tb) or blocks >= 0.75 * opts.sms:
+        return 1
+    best = 1
+    for s in range(2, tb.forloop_range + 1):
+        if tb.forloop_range % s == 0 and blocks * s <= 4 * opts.sms and tb.forloop_range // s >= 2:
+            best = s
+    return best
+
+
+class KernelPlan:
+    """The decisions for lowering block graph `tb` (mode "full", or with the for-loop split
+    over `split` blocks: "partial" / "combine", see `BlockLowering.lower`)."""
+
+    def __init__(self, tb: TBGraph, ins: list[GlobalArg], opts: Options, mode: str = "full", split: int = 1,
+                 has_outputs: bool = True, name: str = "kernel"):
+        if mode == "combine":  # reads the partials once: no ring
+            opts = replace(opts, stages=1)
+        self.tb, self.ins, self.opts, self.mode, self.split, self.name = tb, ins, opts, mode, split, name
+        # partial kernel that also combines (last-arriving block of each split group)
+        self.fold = mode == "partial" and opts.fold_combine and has_outputs
+        self.ws_off: dict[int, int] = {}
+        off = 0
+        for op in tb.ops:
+            if op.kind == "forloop_accum":
+                self.ws_off[id(op)] = off
+                off += prod(op.outputs[0].shape) * split * prod(tb.grid_dim)
+        self.ws_size = off
+        self.cnt_off = off  # fold: one arrival counter (f32) per block of the μGraph's grid
+        if mode == "partial" and opts.fold_combine:
+            self.ws_size = off + prod(tb.grid_dim)
+        self.nthreads = prod(tb.block_dim)
+        self.R = tb.forloop_range
+        self.lead = tuple(tb.grid_dim) + (self.R,)
+        self.tiles: dict[int, Tile] = {}
+        self.scratch: dict[int, Tile] = {}  # accumulator op output id -> f32 scratch
+        self.mma_ops: set[int] = set()  # id(op) of matmuls on tensor cores
+        self.reg_acc: dict[int, Op] = {}  # id(accum op) -> matmul op whose fragments it keeps
+        self.notes: dict = {"mma": 0, "cp_async_inputs": 0, "stages": 1, "warp_reductions": 0}
+        self.plan()
+
+    def _consumers(self):
+        cons: dict[int, list] = {}
+        for op in self.tb.ops:
+            for t in op.inputs:
+                cons.setdefault(id(t), []).append(op)
+        return cons
+
+    def _mma_ok(self, op: Op) -> bool:
+        if not self.opts.tensor_cores or self.nthreads % 32:
+            return False
+        a, b = op.inputs
+        # bf16: upstream nvgpu.mma.sync cannot deduce bf16 PTX operand types (MLIR 22);
+        # bf16 tiles use nvgpu.ldmatrix and an inline-PTX mma.sync (`mma_bf16`)
+        if a.dtype.mlir not in ("f16", "bf16") or b.dtype != a.dtype:
+            return False
+        if prod(a.shape[:-2]) != 1 or prod(b.shape[:-2]) != 1:
+            return False
+        K, N = a.shape[-1], b.shape[-1]
+        return K % 16 == 0 and N % 8 == 0
+
+    def _warp_rows_ok(self, op: Op) -> bool:
+        """Each warp owns whole 16-row blocks of the matmul's output (all its 16x8 tiles
+        of those rows), with no clamped tiles: row-wise work on the fragments stays in the warp."""
+        M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
+        return M % 16 == 0 and tpw % NT == 0 and T == tpw * (self.nthreads // 32)
+
+    def _plan_frag_fusion(self, cons, out_ids) -> None:
+        """Matmul -> unary element-wise op kept in registers: the unary op is applied to the
+        mma fragments; its result feeds a tensor-core matmul as the A operand straight from
+        the fragments (C layout of two n-tiles = A layout of one k-step) and/or a `sum`
+        accumulator (row sums of the fragments: in-thread, then 2 shuffles in the quad).
+        Neither tile is stored in shared memory (FlashAttention-2's register reuse)."""
+        self.frag_fuse: dict[int, Op] = {}  # id(first matmul) -> its unary consumer
+        self.fused_unary: set[int] = set()
+        self.reg_tiles: set[int] = set()    # tensors that live only in registers
+        self.a_from_regs: dict[int, int] = {}  # id(second matmul) -> id(its register A operand)
+        self.sum_regs: dict[int, int] = {}     # id(sum accumulator) -> id(its register input)
+        if not self.opts.schedule or not self.opts.frag_fusion:
+            return
+        tb = self.tb
+        pos = {id(o): j for j, o in enumerate(tb.ops)}
+        acc_mms = {id(m) for m in self.reg_acc.values()}
+        for op in tb.ops:
+            if id(op) not in self.mma_ops or id(op) in acc_mms or not self._warp_rows_ok(op):
+                continue
+            s_t = op.outputs[0]
+            c = cons.get(id(s_t), [])
+            if len(c) != 1 or c[0].kind not in scalar.UNARY or id(s_t) in out_ids:
+                continue
+            u = c[0]
+            e_t = u.outputs[0]
+            users = cons.get(id(e_t), [])
+            if id(e_t) in out_ids or not users or e_t.dtype != s_t.dtype:
+                continue
+            rows1 = self.mma_geometry(op)
+            ok = True
+            a_mm, sums = [], []
+            for o in users:
+                if (o.kind == "matmul" and id(o) in self.mma_ops and o.inputs[0] is e_t and o.inputs[1] is not e_t
+                        and self._warp_rows_ok(o)):
+                    g2 = self.mma_geometry(o)
+                    # same rows per warp, k-steps unrolled (static fragment indices)
+                    if g2[0] == rows1[0] and g2[6] // g2[4] == rows1[6] // rows1[4] and g2[1] // 16 <= self.opts.unroll_k:
+                        a_mm.append(o)
+                        continue
+                if o.kind == "forloop_accum" and o.attrs["kind"] == "sum" and id(o) not in self.reg_acc:
+                    sums.append(o)
+                    continue
+                ok = False
+            chain = [op, u] + a_mm + sums
+            if not ok or any(self.region[pos[id(x)]] != "loop" for x in chain):
+                continue
+            self.frag_fuse[id(op)] = u
+            self.fused_unary.add(id(u))
+            self.reg_tiles |= {id(s_t), id(e_t)}
+            for o in a_mm:
+                self.a_from_regs[id(o)] = id(e_t)
+            for o in sums:
+                self.sum_regs[id(o)] = id(e_t)
+        self.notes["frag_fused"] = len(self.frag_fuse)
+
+    def plan(self):
+        tb = self.tb
+        cons = self._consumers()
+        out_ids = {id(o.stensor) for o in tb.outputs}
+        a_ops, b_ops = set(), set()
+        for op in tb.ops:
+            if op.kind == "matmul" and self._mma_ok(op):
+                self.mma_ops.add(id(op))
+                a_ops.add(id(op.inputs[0]))
+                b_ops.add(id(op.inputs[1]))
+                c = cons.get(id(op.outputs[0]), [])
+                if (len(c) == 1 and c[0].kind == "forloop_accum" and c[0].attrs["kind"] == "none"
+                        and id(op.outputs[0]) not in out_ids):
+                    self.reg_acc[id(c[0])] = op
+        reg_mm_out = {id(m.outputs[0]) for m in self.reg_acc.values()}
+
+        # the optimizer's layouts (row-major, unswizzled when off) and schedule
+        self.names = tile_names(tb)
+        gi = {}
+        for k, g in enumerate(self.ins):
+            if 1 in g.strides:
+                gi[k] = len(g.strides) - 1 - list(reversed(g.strides)).index(1)
+        self.layout_plan = select_layouts(tb, enabled=self.opts.layout, global_inner=gi or None)
+        lays = self.layout_plan.tiles
+        self.sched_plan = schedule_ops(tb, enabled=True, layouts=lays)
+        self.deps = _Deps(tb, lays)
+        self.region = self.deps.region
+        self._plan_frag_fusion(cons, out_ids)
+        reg_mm_out |= self.reg_tiles
+        self.notes["barriers_plan"] = self.sched_plan.barriers
+        self.notes["swizzled"] = 0
+
+        def mk(t: STensor) -> Tile:
+            tl = Tile(tuple(t.shape), t.dtype.mlir, t.dtype.itemsize)
+            lay = lays[self.names[id(t)]]
+            mma_operand = id(t) in a_ops or id(t) in b_ops
+            if mma_operand:
+                # ldmatrix reads rows of the last dim: swizzled rows when the plan says so,
+                # else padded rows (ld = cols + 8), both conflict-free
+                if lay.swizzle and lay.inner_dim == len(t.shape) - 1:
+                    tl.swizzle = lay.swizzle
+                else:
+                    tl.ld = tl.cols + 8
+            elif t.shape:
+                tl.inner, tl.swizzle = lay.inner_dim, lay.swizzle
+            if tl.swizzle:
+                self.notes["swizzled"] += 1
+            if id(t) in a_ops:
+                tl.rows_alloc = -(-tl.rows // 16) * 16
+            return tl
+
+        for rec in tb.inputs:
+            self.tiles[id(rec.stensor)] = mk(rec.stensor)
+        for op in tb.ops:
+            for t in op.outputs:
+                if id(t) in reg_mm_out:
+                    continue
+                self.tiles[id(t)] = mk(t)
+            if op.kind == "forloop_accum" and id(op) not in self.reg_acc:
+                self.scratch[id(op)] = Tile(tuple(op.outputs[0].shape), "f32", 4)
+            if op.kind == "rms_norm":
+                self.scratch[id(op)] = Tile((op.inputs[0].shape and prod(op.inputs[0].shape[:-1]) or 1,),
+                                            "f32", 4)
+        # which inputs are copied asynchronously, and how deep the ring is
+        self.async_in = {}
+        for k, rec in enumerate(tb.inputs):
+            self.async_in[k] = self._vec_copy(rec, self.ins[k]) if self.tiles[id(rec.stensor)].inner_last else 0
+        varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1 and self.async_in[k]]
+        self.flag = Tile((1,), "f32", 4) if self.fold else None
+        # partial row sums of warps that share a row (`warp_rows` with few, long rows)
+        self.red = Tile((self.nthreads // 32,), "f32", 4) if any(
+            self._row_split(*dims) > 1 for dims in self._rowwise_dims()) else None
+        cap = self.opts.smem_capacity
+        R = self.R // (self.split if self.mode == "partial" else 1)
+        if self.mode == "partial":  # leave room for the co-resident blocks of the split
+            per_sm = -(-prod(tb.grid_dim) * self.split // self.opts.sms)
+            cap = min(cap, (228 * 1024) // per_sm - 1024)
+        S = 1
+        if varying and R > 1 and self.opts.stages > 1:
+            S = min(self.opts.stages, R)
+            while S > 2 and self._place(varying, S) > cap:
+                S -= 1
+            if self._place(varying, S) > self.opts.smem_capacity:
+                S = 1
+        self.S = S
+        self.varying_async = varying
+        self.notes["stages"] = S
+        self.notes["cp_async_inputs"] = sum(1 for v in self.async_in.values() if v)
+        off = self._place(varying, S, final=True)
+        self.smem = off
+        if off > self.opts.smem_capacity:
+            raise LoweringError(f"[smem] kernel {self.name}: the block graph's tiles need {off} bytes of "
+                                f"shared memory with this lowering (padding, f32 accumulators, {S} stages"
+                                f"{', reuse of dead tiles' if self.opts.smem_plan else ''}), more than the "
+                                f"capacity {self.opts.smem_capacity}")
+
+    def exec_order(self) -> list[int]:
+        """Indices of tb.ops in the order this kernel runs them: the schedule's depth
+        order, or (schedule off) the loop ops, then the accumulators, then the post ops."""
+        if self.opts.schedule:
+            return list(self.sched_plan.order)
+        ops = self.tb.ops
+        loop = [j for j in range(len(ops)) if self.region[j] == "loop"]
+        return ([j for j in loop if ops[j].kind != "forloop_accum"] + [j for j in loop if ops[j].kind == "forloop_accum"]
+                + [j for j in range(len(ops)) if self.region[j] == "post"])
+
+    def _place(self, varying, S: int, final: bool = False) -> int:
+        """Offsets of every shared-memory buffer (ring of S stages for the inputs in
+        `varying`); returns the bytes. With smem_plan: the optimizer's live ranges on this
+        kernel's order, dead tiles' space reused; off: one range after another."""
+        tb = self.tb
+        for k in varying:
+            self.tiles[id(tb.inputs[k].stensor)].stages = S
+        bufs = [(self.names[t], tile) for t, tile in self.tiles.items()]
+        scratch = [(f"scratch{tb.ops.index(next(o for o in tb.ops if id(o) == oid))}", tile)
+                   for oid, tile in self.scratch.items()]
+        if not self.opts.smem_plan:
+            off = 0
+            for _, t in bufs + scratch + self._specials():
+                if final:
+                    t.offset = off
+                off += t.bytes
+            return off
+        order = self.exec_order()
+        step = {j: p + 1 for p, j in enumerate(order)}
+        last_step = len(order) + 1
+        pos = {id(o): j for j, o in enumerate(tb.ops)}
+        sizes = {n: t.bytes for n, t in bufs}
+        ranges = live_ranges(tb, order, True, [n for n in self.names.values() if n not in sizes])
+        extra = {}
+        for oid, tile in self.scratch.items():
+            j = pos[oid]
+            out = self.names[id(tb.ops[j].outputs[0])]
+            if tb.ops[j].kind == "forloop_accum":  # the f32 accumulator: as long as its result
+                lo, hi = 0, max(ranges[out].end if out in ranges else last_step, step[j])
+            else:  # rms_norm's row statistics: during the op
+                lo = hi = step[j]
+            extra[f"scratch{j}"] = (tile.bytes, lo, hi)
+        for n, t in self._specials():
+            extra[n] = (t.bytes, 0, last_step)
+        plan = plan_smem(tb, order, enabled=True, capacity=1 << 30, double_buffer=True,
+                         registers=[n for n in self.names.values() if n not in sizes],
+                         timeout_ms=300 if final else 0, sizes=sizes, extra=extra)
+        if final:
+            for n, t in bufs + scratch + self._specials():
+                t.offset = plan.buffers[n].offset
+            self.notes["smem_no_reuse"] = plan.no_reuse_bytes
+        return plan.total_bytes
+
+    def _specials(self) -> list:
+        """Shared-memory buffers that belong to no tile: (name, Tile)."""
+        return [(n, t) for n, t in (("flag", self.flag), ("red", self.red)) if t is not None]
+
+    def _rowwise_dims(self):
+        """(rows, length) of every row reduction this kernel emits (`rowwise`)."""
+        for op in self.tb.ops:
+            x = op.inputs[0] if op.inputs else None
+            if x is None or not x.shape:
+                continue
+            last = (op.kind == "rms_norm" or (op.kind in ("reduction", "reduce_max")
+                                              and op.attrs["dim"] % len(x.shape) == len(x.shape) - 1)
+                    or (op.kind == "forloop_accum" and op.attrs["kind"] in ("sum", "mean", "rms")
+                        and id(op) not in self.sum_regs))
+            if last:
+                yield prod(x.shape[:-1]), x.shape[-1]
+
+    def _row_split(self, rows: int, length: int) -> int:
+        """Warps per row in `warp_rows`: 1, or where the rows are fewer than the warps and
+        long, the largest power of two that keeps every warp busy with >= 32 elements."""
+        nw = self.nthreads // 32
+        if self.nthreads % 32 or rows >= nw or length < 256:
+            return 1
+        w = 1
+        while 2 * w * rows <= nw and 64 * w <= length:
+            w *= 2
+        return w
+
+    def _vec_copy(self, rec, g: GlobalArg) -> int:
+        """Elements per 16-byte chunk if the input tile can be copied with cp.async, else 0."""
+        if not self.opts.async_copy:
+            return 0
+        vec = 16 // g.itemsize
+        tile = rec.stensor.shape
+        if g.strides[-1] != 1 or tile[-1] % vec:
+            return 0
+        if any(s % vec for s in g.strides[:-1]):
+            return 0
+        return vec
+
+    def _streamed(self, k: int) -> bool:
+        """Input k is read once overall (every grid dim > 1 partitions it) and varies
+        with the loop: an L2 evict_first candidate."""
+        rec = self.tb.inputs[k]
+        if not self.opts.evict_first or rec.forloop_dim == -1:
+            return False
+        return all(d != -1 for d, n in zip(rec.imap, self.tb.grid_dim) if n > 1)
+
+    def vec_width(self, op: Op) -> int:
+        """Elements a thread handles at once in the element loop of `op` (element-wise or
+        thread graph): a 16-byte chunk where every tile it reads in full and writes keeps
+        whole chunks contiguous (innermost last dim, rows and offset in whole chunks; a
+        swizzle moves whole chunks), else 1. Broadcast operands of last extent 1 are read
+        once a chunk. The consumers' barriers depend on this (`hazard`)."""
+        if op.kind not in scalar.BINARY + scalar.UNARY + ("constant", "thread_graph") or not self.opts.vectorize:
+            return 1
+        out = op.outputs[0]
+        if not out.shape:
+            return 1
+        n = out.shape[-1]
+        full = [out] + [t for t in op.inputs if t.shape and t.shape[-1] == n and n > 1]
+        if any(t.shape and t.shape[-1] not in (1, n) for t in op.inputs) or len(op.outputs) > 1 and any(
+                o.shape != out.shape for o in op.outputs):
+            return 1
+        tiles = [self.tiles.get(id(t)) for t in full + list(op.outputs[1:])]
+        if any(tl is None for tl in tiles) or len({tl.itemsize for tl in tiles}) != 1:
+            return 1
+        V = 16 // tiles[0].itemsize
+        if n % V or any(not tl.inner_last or tl.ld % V or tl.offset % 16 for tl in tiles):
+            return 1
+        return V
+
+    def mma_geometry(self, op: Op):
+        a, b = op.inputs
+        M, K, N = prod(a.shape[:-1]), a.shape[-1], b.shape[-1]
+        MT, NT = -(-M // 16), N // 8
+        T = MT * NT
+        nw = self.nthreads // 32
+        tpw = -(-T // nw)
+        return M, K, N, MT, NT, T, tpw
+
+    def describe(self) -> str:
+        """The plan in a few lines, for debugging and tests."""
+        tb = self.tb
+        names = self.names
+        out = [f"kernel plan ({self.mode}, split {self.split}): grid {list(tb.grid_dim)}, {self.nthreads} threads, "
+               f"for-loop {self.R}, ring {self.S} stage(s), {self.smem} bytes of shared memory"]
+        for op in tb.ops:
+            if id(op) in self.mma_ops:
+                how = ("tensor cores, registers across the loop" if any(m is op for m in self.reg_acc.values())
+                       else "tensor cores, fragments fused" if id(op) in self.frag_fuse else "tensor cores")
+                out.append(f"  matmul -> {names[id(op.outputs[0])]}: {how}")
+        for t, tile in self.tiles.items():
+            lay = f"swizzle {tile.swizzle}" if tile.swizzle else (f"ld {tile.ld}" if tile.ld != tile.cols else "row-major")
+            out.append(f"  tile {names.get(t, '?')} {list(tile.shape)} {tile.elt} at {tile.offset} ({lay}"
+                       + (f", {tile.stages} stages" if tile.stages > 1 else "") + ")")
+        for k, rec in enumerate(tb.inputs):
+            how = ("cp.async" if self.async_in[k] else "element copies") + (", evict_first" if self._streamed(k) else "")
+            out.append(f"  input {k}: {how}")
+        for op in tb.ops:
+            if self.vec_width(op) > 1:
+                out.append(f"  {op.kind} -> {names[id(op.outputs[0])]}: element loop in {self.vec_width(op)}-element chunks")
+        return "\n".join(out)

@@ -1,0 +1,66 @@
+"""The lowering's plan (`lower/kernel_plan.py`) as data: its decisions checked without
+emitting or compiling anything (no MLIR needed)."""
+import os
+import sys
+
+import mirage as mi
+from mirage.core.graph import Op
+from mirage.lower.kernel_plan import GlobalArg, KernelPlan, Options, choose_split
+from mirage.lower.predefined import default_block_graph
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+
+from benchmarks import BENCHMARKS  # noqa: E402
+
+
+def plan_of(g, opts=None, k=0):
+    op = g.ops[k]
+    tb = op.body if op.kind == "graph_def" else default_block_graph(op)
+    ins = [GlobalArg(f"%in{j}", t.shape, mi.core.graph.row_major_strides(t.shape), t.dtype.mlir, t.dtype.itemsize)
+           for j, t in enumerate(op.inputs)]
+    return KernelPlan(tb, ins, opts or Options())
+
+
+def test_gemv_plan():
+    p = plan_of(BENCHMARKS["gated_mlp"].fused(1))
+    mms = [op for op in p.tb.ops if op.kind == "matmul"]
+    assert all(id(m) in p.mma_ops for m in mms)
+    assert sorted(id(m) for m in p.reg_acc.values()) == sorted(id(m) for m in mms)  # fragments across the loop
+    assert p.S == 4 and all(p.async_in.values())
+    assert [p._streamed(k) for k in range(3)] == [False, True, True]  # the weights stream, X is shared
+    assert p.smem <= Options().smem_capacity
+    text = p.describe()
+    assert "tensor cores, registers across the loop" in text and "4 stages" in text and "evict_first" in text
+
+
+def test_ring_depth_follows_the_options():
+    g = BENCHMARKS["gated_mlp"].fused(1)
+    assert plan_of(g, Options(stages=2)).S == 2
+    assert plan_of(g, Options(async_copy=False)).S == 1
+    assert not plan_of(g, Options(tensor_cores=False)).mma_ops
+
+
+def test_split_for_small_grids():
+    tb = BENCHMARKS["rmsnorm_linear"].fused(1).ops[0].body
+    assert choose_split(tb, Options()) == 4          # 96 blocks < 3/4 of 132 SMs: split the loop
+    assert choose_split(tb, Options(split=1)) == 1
+    tb = BENCHMARKS["gated_mlp"].fused(1).ops[0].body
+    assert choose_split(tb, Options()) == 1          # 128 blocks: no split
+
+
+def test_predefined_plans():
+    g = BENCHMARKS["ntrans"].reference(1)
+    norm = plan_of(g)                                 # rms_norm of (8, 4096): one row a block
+    assert norm.tb.grid_dim == (8, 1, 1) and norm._row_split(1, 4096) == 4
+    ew = plan_of(g, k=1)                              # sub, in 16-byte chunks
+    assert all(ew.vec_width(op) == 8 for op in ew.tb.ops)
+    assert ew.vec_width(ew.tb.ops[0]) == 8 and plan_of(g, Options(vectorize=False), k=1).vec_width(ew.tb.ops[0]) == 1
+    mm = plan_of(BENCHMARKS["lora"].reference(1))    # X @ W: tensor cores, accumulated in registers
+    assert mm.mma_ops and mm.reg_acc
+
+
+def test_copy_plan():
+    x = mi.new_kernel_graph("c").new_input((8, 4096))
+    p = KernelPlan(default_block_graph(Op("copy", [x], [x])), [GlobalArg("%in0", (8, 4096), (4096, 1), "f16", 2)], Options())
+    assert p.async_in[0] == 8 and "cp.async" in p.describe()
