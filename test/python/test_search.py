@@ -289,3 +289,23 @@ def test_rmsnorm_eps_one_kernel(mean_by):
     assert sum(op.kind == "constant" for op in tb.ops) == 2
     assert res.candidates[0].cost.time < cost(ref).time
     check_all(res)
+
+
+def test_auto_fuses_a_program_without_matmul_into_one_kernel():
+    """nTrans-like (two RMSNorms around an element-wise update): the default call takes the
+    `rows` limits (one kernel, whole rows a block) and fuses it."""
+    import numpy as np
+
+    g = mi.new_kernel_graph("ntrans_small")
+    H, X, A = (g.new_input((4, 512)) for _ in range(3))
+    hn = g.rms_norm(H, (512,))
+    g.mark_output(g.rms_norm(g.add(X, g.mul(A, g.sub(hn, X))), (512,)))
+    res = superoptimize(g, "auto", workers=2, time_limit=120, measure=False)
+    assert res.config.max_kernel_ops == 1 and res.config.franges == (1,)
+    assert [op.kind for op in res.best.ops] == ["graph_def"]
+    rng = np.random.default_rng(0)
+    h, x, a = (rng.standard_normal((4, 512)) for _ in range(3))
+    rms = lambda v: np.sqrt((v * v).mean(-1, keepdims=True))
+    y = x + a * (h / rms(h) - x)
+    np.testing.assert_allclose(res.best.evaluate([h, x, a])[0], y / rms(y), rtol=1e-9)
+    check_all(res)

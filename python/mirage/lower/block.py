@@ -419,6 +419,25 @@ class BlockLowering:
                 v, self.view(out), otile.mtype, otile.offset_of(e, self.row_coords(r, a.shape) + [0]), otile.elt))
             return
         init = e.f32(0.0 if combine == "addf" else float("-inf"))
+        n, L = prod(out.shape), a.shape[d]
+        g = self.p._col_split(n, L)
+        if g > 1:  # g threads an output, each a strided part of the dim; partials in shared memory
+            self.notes["col_split"] = g
+            rv, rm = self.red_view, self.p.red.mtype
+            with e.if_(e.cmp("ult", self.tid, n * g)):
+                src = e.delinearize(e.rem(self.tid, n), out.shape)
+                j, args, res, close = e.for_iter(e.div(self.tid, n), L, g, [(init, "f32")])
+                src[d] = j
+                close([e.fbin(combine, args[0], self.read(a, src, a.shape))])
+                e.store(res[0], rv, rm, self.tid, "f32")
+            e.barrier()
+            with e.if_(e.cmp("ult", self.tid, n)):
+                v = e.load(rv, rm, self.tid, "f32")
+                for p in range(1, g):
+                    v = e.fbin(combine, v, e.load(rv, rm, e.add(self.tid, p * n), "f32"))
+                self.write(out, e.delinearize(self.tid, out.shape), v)
+            e.barrier()  # the partials' space is reused by the next reduction
+            return
 
         def body(cs):
             j, args, res, close = e.for_iter(0, a.shape[d], 1, [(init, "f32")])

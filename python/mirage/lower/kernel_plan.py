@@ -402,8 +402,9 @@ class KernelPlan:
         varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1 and self.async_in[k]]
         self.flag = Tile((1,), "f32", 4) if self.fold else None
         # partial row sums of warps that share a row (`warp_rows` with few, long rows)
-        self.red = Tile((self.nthreads // 32,), "f32", 4) if any(
-            self._row_split(*dims) > 1 for dims in self._rowwise_dims()) else None
+        red = [self.nthreads // 32 for dims in self._rowwise_dims() if self._row_split(*dims) > 1]
+        red += [n * self._col_split(n, L) for n, L in self._colwise_dims() if self._col_split(n, L) > 1]
+        self.red = Tile((max(red),), "f32", 4) if red else None
         cap = self.opts.smem_capacity
         R = self.R // (self.split if self.mode == "partial" else 1)
         if self.mode == "partial":  # leave room for the co-resident blocks of the split
@@ -497,6 +498,26 @@ class KernelPlan:
                         and id(op) not in self.sum_regs))
             if last:
                 yield prod(x.shape[:-1]), x.shape[-1]
+
+    def _colwise_dims(self):
+        """(outputs, length) of every reduction over a dim other than the last."""
+        for op in self.tb.ops:
+            if op.kind in ("reduction", "reduce_max"):
+                x = op.inputs[0]
+                d = op.attrs["dim"] % len(x.shape)
+                if d != len(x.shape) - 1:
+                    yield prod(op.outputs[0].shape), x.shape[d]
+
+    def _col_split(self, outputs: int, length: int) -> int:
+        """Threads per output of a reduction over a dim other than the last: 1, or where
+        the outputs are fewer than the threads, the largest power of two that leaves each
+        thread >= 8 elements (partials combined through shared memory)."""
+        if outputs >= self.nthreads or length < 16:
+            return 1
+        g = 1
+        while 2 * g * outputs <= self.nthreads and 16 * g <= length:
+            g *= 2
+        return g
 
     def _row_split(self, rows: int, length: int) -> int:
         """Warps per row in `warp_rows`: 1, or where the rows are fewer than the warps and

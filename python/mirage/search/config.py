@@ -77,16 +77,20 @@ PRESETS = {
     "attention": dict(max_grid_dims=3, grid_reduced=True, max_kernel_ops=2, max_graph_defs=2,
                       tile_sizes=(1, 16, 64), max_block_outputs=2, predefined_ops=False,
                       min_split_reduced=128, min_split_extent=128, min_loop_tile=16, prologues=True),
+    # programs without matmul (element-wise chains, norms, softmax): one kernel, whole rows
+    # a block, no for-loop; `max_block_ops` adapts to the program ("auto")
+    "rows": dict(max_kernel_ops=1, max_graph_defs=1, max_block_outputs=1, tile_sizes=(1,), franges=(1,),
+                 predefined_ops=False),
 }
 
 
 def auto_preset(ref) -> str | None:
     """The preset that fits the reference program (used when none is given, `"auto"`):
     exp with matmuls -> attention; a chain of matmuls (a matmul of a matmul) -> lora;
-    other matmul programs -> mlp; programs without matmul -> the generic limits."""
+    other matmul programs -> mlp; programs without matmul -> rows."""
     kinds = [op.kind for op in ref.ops]
     if "matmul" not in kinds:
-        return None
+        return "rows"
     if "exp" in kinds:
         return "attention"
     made = {id(op.outputs[0]) for op in ref.ops if op.kind == "matmul"}

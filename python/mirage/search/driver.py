@@ -176,6 +176,8 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Devi
         from .config import auto_preset
 
         config = auto_preset(ref)
+        if config == "rows":  # room for every op of the program plus iterators and saver
+            overrides.setdefault("max_block_ops", max(9, len(ref.ops) + 4))
     cfg = make_config(config, **overrides)
     t0 = time.monotonic()
     ref_cost = cost(ref, device)
