@@ -119,8 +119,9 @@ class BlockLowering:
             body(e.delinearize(i, shape))
 
     def warp_rows(self, rows: int, length: int, value, combine: str, finish) -> None:
-        """One warp per row: value(row, j) -> f32 over j < length, combined across the
-        row with `combine` (addf | maximumf) through shuffles; finish(row, v) in lane 0."""
+        """One warp per row (or, for short rows, `32 // lanes` rows a warp): value(row, j)
+        -> f32 over j < length, combined across the row with `combine` (addf | maximumf)
+        through shuffles; finish(row, v) in the row's first lane."""
         e = self.e
         nw = self.p.nthreads // 32
         init = e.f32(0.0 if combine == "addf" else float("-inf"))
@@ -129,11 +130,19 @@ class BlockLowering:
         if wpr > 1:
             self.split_rows(rows, length, wpr, value, combine, finish, init)
             return
-        with e.for_(self.warp, rows, nw) as r:
-            j, args, res, close = e.for_iter(self.lane, length, 32, [(init, "f32")])
+        lanes = 32
+        while lanes > 1 and lanes // 2 >= length and rows % (32 // (lanes // 2)) == 0:
+            lanes //= 2
+        rpw = 32 // lanes  # rows a warp; every lane of a warp runs the same trips (shuffles)
+        if rpw > 1:
+            self.notes["rows_per_warp"] = rpw
+        sub, ln = (e.div(self.lane, lanes), e.rem(self.lane, lanes)) if rpw > 1 else (0, self.lane)
+        with e.for_(self.warp, rows // rpw, nw) as grp:
+            r = e.add(e.mul(grp, rpw), sub) if rpw > 1 else grp
+            j, args, res, close = e.for_iter(ln, length, lanes, [(init, "f32")])
             close([e.fbin(combine, args[0], value(r, j))])
-            v = self.shuffle_reduce(res[0], combine)
-            with e.if_(e.cmp("eq", self.lane, 0)):
+            v = self.shuffle_reduce(res[0], combine, lanes)
+            with e.if_(e.cmp("eq", ln, 0)):
                 finish(r, v)
 
     def split_rows(self, rows, length, wpr, value, combine, finish, init) -> None:
@@ -158,9 +167,12 @@ class BlockLowering:
             finish(self.tid, v)
         e.barrier()  # the partials' space is reused by the next row reduction
 
-    def shuffle_reduce(self, v, combine: str):
+    def shuffle_reduce(self, v, combine: str, lanes: int = 32):
+        """`v` combined over each aligned group of `lanes` lanes (xor shuffles)."""
         e = self.e
         for s in (16, 8, 4, 2, 1):
+            if s >= lanes:
+                continue
             sh = e.fresh("s")
             ok = e.fresh("ok")
             e.line(f"{sh}, {ok} = gpu.shuffle xor {v}, {e.const(s, 'i32')}, {e.const(32, 'i32')} : f32")
@@ -319,6 +331,17 @@ class BlockLowering:
                          lambda r, v: e.store(e.op(f"math.sqrt {e.fbin('divf', v, e.f32(float(L)))} : f32", "f"),
                                               sv, sc.mtype, r, "f32"))
             e.barrier()
+            V = self.p.chunk(a) if self.p.chunk(a) == self.p.chunk(out) else 1
+            if V > 1:  # x / rms in 16-byte chunks
+                ta, to = self.p.tiles[id(a)], self.p.tiles[id(out)]
+                per_row = L // V
+                with e.for_(self.tid, prod(a.shape[:-1]) * per_row, self.p.nthreads) as c:
+                    row = e.div(c, per_row)
+                    cs = self.row_coords(row, a.shape) + [e.mul(e.rem(c, per_row), V)]
+                    r = e.load(sv, sc.mtype, row, "f32")
+                    xs = self.load_chunk(self.view(a), ta, ta.offset_of(e, cs), V)
+                    self.store_chunk([e.fbin("divf", x, r) for x in xs], self.view(out), to, to.offset_of(e, cs))
+                return True
 
             def body(cs):
                 row = e.dot(cs[:-1], _row_major(a.shape[:-1]))
@@ -393,12 +416,21 @@ class BlockLowering:
     def rowwise(self, a: STensor, combine: str, square: bool, finish) -> None:
         """Reduce each row (last dim) of tile `a`; finish(row_index, f32)."""
         e = self.e
-        L = a.shape[-1]
+        V = self.p.chunk(a)
+        L = a.shape[-1] // V  # elements, or 16-byte chunks
         rows = prod(a.shape[:-1])
+        tile = self.p.tiles.get(id(a))
 
         def value(r, j):
-            x = self.read(a, self.row_coords(r, a.shape) + [j], a.shape)
-            return e.fbin("mulf", x, x) if square else x
+            if V == 1:
+                xs = [self.read(a, self.row_coords(r, a.shape) + [j], a.shape)]
+            else:
+                xs = self.load_chunk(self.view(a), tile, tile.offset_of(e, self.row_coords(r, a.shape) + [e.mul(j, V)]), V)
+            if square:
+                xs = [e.fbin("mulf", x, x) for x in xs]
+            while len(xs) > 1:  # a tree, so the chunk's terms do not wait on each other
+                xs = [e.fbin(combine, xs[i], xs[i + 1]) for i in range(0, len(xs) - 1, 2)] + xs[len(xs) & ~1:]
+            return xs[0]
 
         if self.p.nthreads % 32 == 0:
             self.warp_rows(rows, L, value, combine, finish)

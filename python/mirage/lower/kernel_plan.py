@@ -497,7 +497,16 @@ class KernelPlan:
                     or (op.kind == "forloop_accum" and op.attrs["kind"] in ("sum", "mean", "rms")
                         and id(op) not in self.sum_regs))
             if last:
-                yield prod(x.shape[:-1]), x.shape[-1]
+                yield prod(x.shape[:-1]), x.shape[-1] // self.chunk(x)
+
+    def chunk(self, t: STensor) -> int:
+        """Elements of tile `t` a row reduction reads at once: a 16-byte chunk where its rows
+        are whole chunks (innermost last dim; offsets are 128-byte aligned), else 1."""
+        tl = self.tiles.get(id(t))
+        if tl is None or not t.shape or not self.opts.vectorize:
+            return 1
+        V = 16 // tl.itemsize
+        return V if t.shape[-1] % V == 0 and tl.inner_last and tl.ld % V == 0 else 1
 
     def _colwise_dims(self):
         """(outputs, length) of every reduction over a dim other than the last."""
@@ -520,10 +529,11 @@ class KernelPlan:
         return g
 
     def _row_split(self, rows: int, length: int) -> int:
-        """Warps per row in `warp_rows`: 1, or where the rows are fewer than the warps and
-        long, the largest power of two that keeps every warp busy with >= 32 elements."""
+        """Warps per row in `warp_rows` (rows of `length` elements or chunks): 1, or where
+        the rows are fewer than the warps and long, the largest power of two that keeps
+        every lane busy with >= 2 of them."""
         nw = self.nthreads // 32
-        if self.nthreads % 32 or rows >= nw or length < 256:
+        if self.nthreads % 32 or rows >= nw or length < 64:
             return 1
         w = 1
         while 2 * w * rows <= nw and 64 * w <= length:
