@@ -14,8 +14,9 @@ Variants: `reference` (the reference program: pre-defined ops), `fused` (the han
 fused μGraph), `bf16` (the fused μGraph with every f16 tensor bf16: bf16 tensor cores).
 With `--picks PICKS_DIR` (from search_picks.py, the search's default call): `search` (the
 search's pick alone, what its cost model chose) and `search-top` (a variant bundle of its
-verified top candidates plus the reference program: the runtime times them on the GPU at
-first use and keeps the fastest, `mirage.runtime.select`).
+verified top candidates plus the reference program, each also with the other split
+factors of its for-loops: the runtime times them on the GPU at first use and keeps the
+fastest, `mirage.runtime.select`).
 `--options` passes `mirage.lower.Options` fields to every bundle (e.g. `stages=2,split=1`).
 `--ablation` adds, for the fused μGraphs, one variant `fused-no<opt>` per optimization
 switched off (the paper's Figure 12; `ABLATION` below) and `fused-noopt` (the three
@@ -158,7 +159,7 @@ def build_picks(a, names, bss, options) -> list:
                         pool = [(n, g) for (n, g), c in zip(graphs, info["candidates"]) if not c["reference"]]
                         if os.path.isdir(dest):
                             shutil.rmtree(dest)
-                        compile_variants(pool + [("reference", ref)], dest, "reference", a.target, options)
+                        compile_variants(pool + [("reference", ref)], dest, "reference", a.target, options, tune=True)
                     with open(os.path.join(dest, "search.json"), "w") as f:
                         json.dump(info, f, indent=1)
                     print(f"ok    {tag:44s} {time.time() - t0:6.1f} s", flush=True)

@@ -64,3 +64,10 @@ def test_copy_plan():
     x = mi.new_kernel_graph("c").new_input((8, 4096))
     p = KernelPlan(default_block_graph(Op("copy", [x], [x])), [GlobalArg("%in0", (8, 4096), (4096, 1), "f16", 2)], Options())
     assert p.async_in[0] == 8 and "cp.async" in p.describe()
+
+
+def test_threads_option_overrides_the_block():
+    g = BENCHMARKS["ntrans"].fused(1)                 # block_dim 256
+    assert plan_of(g).nthreads == 256
+    p = plan_of(g, Options(threads=512))
+    assert p.block == (512, 1, 1) and p._row_split(1, 512) == 16   # 16 warps share the row

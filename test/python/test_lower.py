@@ -424,3 +424,20 @@ def test_attention_frag_fusion():
     assert body.count("math.exp") == 32  # 8 fragments x 4 values per thread, unrolled
     assert body.count("nvgpu.ldmatrix") < off.module.split("gpu.func @gqa_k1")[0].count("nvgpu.ldmatrix")
     assert to_ptx(gqa_fused(1))
+
+
+def test_variant_bundle_with_split_choices(tmp_path):
+    """A variant bundle of a fused μGraph and its reference, the fused one also compiled
+    with the other split factors of its for-loop (the runtime times them all on the GPU)."""
+    from mirage.lower import compile_variants, tuning_choices
+    from mirage.runtime.select import load_variants
+
+    g, ref = BENCHMARKS["rmsnorm_linear"].fused(1), BENCHMARKS["rmsnorm_linear"].reference(1)
+    assert [s for s, _ in tuning_choices(g)] == ["", "-split2", "-split8"]  # the default splits by 4
+    nt = BENCHMARKS["ntrans"].fused(1)  # 8 blocks, no loop: larger blocks are worth a try
+    assert [s for s, _ in tuning_choices(nt)] == ["", "-t512"]
+    idx, bundles = load_variants(compile_variants([("c0", g), ("reference", ref)], str(tmp_path / "v"),
+                                                  "reference", tune=True))
+    grids = {n: [k.grid for k in b.manifest.kernels] for n, b in bundles}
+    assert set(grids) == {"c0", "c0-split2", "c0-split8", "reference"} and idx["reference"] == "reference"
+    assert grids["c0"] == [[96, 1, 4]] and grids["c0-split2"] == [[96, 1, 2]] and grids["c0-split8"] == [[96, 1, 8]]

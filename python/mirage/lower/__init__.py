@@ -17,7 +17,7 @@ from .kernel_plan import LoweringError, Options
 from .convert import Lowered, convert
 
 __all__ = ["LoweringError", "Options", "Lowered", "convert_to_gpu", "to_ptx", "compile", "call",
-           "CompiledGraph", "compile_variants"]
+           "CompiledGraph", "compile_variants", "tuning_choices"]
 
 
 def convert_to_gpu(g, options: Options | None = None) -> Lowered:
@@ -101,19 +101,57 @@ def compile(g, target: str = "sm_90", out_dir: str | None = None,
     return cg
 
 
+def tuning_choices(g, options: Options | None = None, factors=(2, 4, 8),
+                   threads=(256, 512)) -> list[tuple[str, Options]]:
+    """Lowering options worth timing for `g` besides the default (none changes what `g`
+    computes): each split factor of the for-loops (Options.split) that changes some
+    kernel's split from the default choice, and, where a graph-defined kernel has fewer
+    blocks than half the multiprocessors and no for-loop to split (latency-bound), larger
+    blocks (Options.threads). [(suffix, Options)], the default first with suffix ''."""
+    from dataclasses import replace
+    from math import prod
+
+    from .kernel_plan import choose_split
+
+    base = options or Options()
+    bodies = [op.body for op in g.ops if op.kind == "graph_def"]
+    seen = {tuple(choose_split(b, base) for b in bodies)}
+    out = [("", base)]
+    for s in factors:
+        o = replace(base, split=s)
+        key = tuple(choose_split(b, o) for b in bodies)
+        if key not in seen:
+            seen.add(key)
+            out.append((f"-split{s}", o))
+    small = [b for b in bodies if prod(b.grid_dim) < base.sms // 2 and choose_split(b, base) == 1]
+    for t in threads:
+        if any(prod(b.block_dim) < t for b in small):
+            out.append((f"-t{t}", replace(base, threads=t)))
+    return out
+
+
 def compile_variants(graphs, out_dir: str, reference: str, target: str = "sm_90",
-                     options: Options | None = None) -> str:
+                     options: Options | None = None, tune: bool = False) -> str:
     """Compile several equivalent μGraphs, `graphs` = [(name, KNGraph)], into one variant
     bundle at `out_dir` (`mirage.runtime.select`): the runtime times them on the GPU at
     first use and keeps the fastest; `reference` names the one the others are checked
-    against. Returns `out_dir`."""
+    against. With `tune`, each graph is also compiled with the other lowering options of
+    `tuning_choices` (variants `<name>-split<s>`, `<name>-t<threads>`; one that does not
+    compile is left out).
+    Returns `out_dir`."""
     from ..runtime.select import write_variant_bundle
 
     with tempfile.TemporaryDirectory(prefix="mirage-variants-") as tmp:
         parts = []
         for name, g in graphs:
-            cg = compile(g, target, os.path.join(tmp, name), options)
-            parts.append((name, cg.path))
+            for suffix, opts in (tuning_choices(g, options) if tune else [("", options)]):
+                try:
+                    cg = compile(g, target, os.path.join(tmp, name + suffix), opts)
+                except LoweringError:
+                    if not suffix:
+                        raise
+                    continue  # e.g. the split's co-resident blocks leave too little shared memory
+                parts.append((name + suffix, cg.path))
         return write_variant_bundle(out_dir, parts, reference)
 
 

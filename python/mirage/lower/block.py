@@ -779,7 +779,7 @@ class BlockLowering:
         after the loop and the output savers."""
         e = self.e
         tb = self.tb
-        bx, by, bz = tb.block_dim
+        bx, by, bz = self.p.block
         g = tb.grid_dim
         split = self.split if self.mode == "partial" else 1
         # prologue: ids, shared memory, views
@@ -1222,7 +1222,7 @@ class BlockLowering:
 
     def _finish(self) -> KernelInfo:
         e = self.e
-        bx, by, bz = self.tb.block_dim
+        bx, by, bz = self.p.block
         g = list(self.tb.grid_dim)
         if self.mode == "partial":
             g[2] *= self.split
@@ -1233,4 +1233,4 @@ class BlockLowering:
                 f"known_grid_size = array<i32: {g[0]}, {g[1]}, {g[2]}>}} {{")
         text = "\n".join(["    " + head] + e.text() + ["      gpu.return", "    }"])
         self.notes["split"] = self.split
-        return KernelInfo(self.name, tuple(g), tuple(self.tb.block_dim), self.p.smem, text, dict(self.notes))
+        return KernelInfo(self.name, tuple(g), tuple(self.p.block), self.p.smem, text, dict(self.notes))

@@ -194,6 +194,8 @@ class Options:
     # element loops move 16-byte chunks (vector loads/stores of shared memory) where the
     # tiles allow it (`BlockLowering.vec_width`)
     vectorize: bool = True
+    # threads of every block (0: the μGraph's block_dim); a tuning knob, see `tuning_choices`
+    threads: int = 0
 
 
 def split_ok(tb: TBGraph) -> bool:
@@ -241,7 +243,10 @@ class KernelPlan:
         self.cnt_off = off  # fold: one arrival counter (f32) per block of the μGraph's grid
         if mode == "partial" and opts.fold_combine:
             self.ws_size = off + prod(tb.grid_dim)
-        self.nthreads = prod(tb.block_dim)
+        # threads of a block: the μGraph's block_dim, unless the options ask for a 1-d block of
+        # another size (block_dim does not change what a block graph computes)
+        self.block = (opts.threads, 1, 1) if opts.threads else tuple(tb.block_dim)
+        self.nthreads = prod(self.block)
         self.R = tb.forloop_range
         self.lead = tuple(tb.grid_dim) + (self.R,)
         self.tiles: dict[int, Tile] = {}
