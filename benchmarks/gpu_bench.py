@@ -77,6 +77,19 @@ def bench_fn(fn, n_sets):
         return 1000.0 * float(np.median(times))
 
 
+def poisoned_check(k, bench, bs, rng, fn, shape) -> float:
+    """Relative error of bundle `k` against fp32 PyTorch on fresh inputs, its output
+    NaN-poisoned first and the bundle launched twice (split loops reset their counters)."""
+    import torch
+
+    xs = make_inputs(bench, bs, rng)
+    o = torch.full(shape, float("nan"), dtype=torch.float16, device="cuda")
+    k(*xs, out=[o])
+    k(*xs, out=[o])
+    torch.cuda.synchronize()
+    return rel_err(o, fn(*[x.float() for x in xs]))
+
+
 def copy_bandwidth() -> float:
     """Device-to-device copy bandwidth in bytes/s (bytes read + written)."""
     import torch
@@ -155,12 +168,7 @@ def table(a) -> int:
                 continue
             try:
                 k = rt.load(paths[variant])
-                xs = make_inputs(bench, bs, rng)
-                o = torch.full(ref0.shape, float("nan"), dtype=torch.float16, device="cuda")
-                k(*xs, out=[o])
-                k(*xs, out=[o])
-                torch.cuda.synchronize()
-                err = rel_err(o, fn(*[x.float() for x in xs]))
+                err = poisoned_check(k, bench, bs, rng, fn, ref0.shape)
                 t = bench_fn(graphed(lambda i: k(*sets[i], out=[outs[i]]), n_sets), n_sets)
                 outs[0].fill_(float("nan"))
                 k(*sets[0], out=[outs[0]])
@@ -252,13 +260,7 @@ def main(argv=None) -> int:
             if v not in paths:
                 continue
             k = rt.load(paths[v])
-            # correctness first: poisoned output, fresh inputs (a variant bundle chooses here)
-            xs = make_inputs(bench, bs, rng)
-            o = torch.full(ref0.shape, float("nan"), dtype=torch.float16, device="cuda")
-            k(*xs, out=[o])
-            k(*xs, out=[o])
-            torch.cuda.synchronize()
-            err = rel_err(o, fn(*[x.float() for x in xs]))
+            err = poisoned_check(k, bench, bs, rng, fn, ref0.shape)  # a variant bundle chooses here
             t_graph = bench_fn(graphed(lambda i: k(*sets[i], out=[outs[i]]), n_sets), n_sets)
             t_plain = bench_fn(lambda i: k(*sets[i], out=[outs[i]]), n_sets)
             chosen = getattr(k, "report", {}).get("variant", "")

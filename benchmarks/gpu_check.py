@@ -62,7 +62,6 @@ def torch_defs():
 def torch_library_defs():
     """The same functions through PyTorch's fused library ops where they apply
     (F.rms_norm, scaled_dot_product_attention): what a user could write instead."""
-    import torch
     import torch.nn.functional as F
 
     def sdpa(q, k, v):  # exp-normalized attention = softmax(q k) v (scale 1); K is stored transposed

@@ -105,9 +105,10 @@ def tuning_choices(g, options: Options | None = None, factors=(2, 4, 8),
                    threads=(256, 512)) -> list[tuple[str, Options]]:
     """Lowering options worth timing for `g` besides the default (none changes what `g`
     computes): each split factor of the for-loops (Options.split) that changes some
-    kernel's split from the default choice, and, where a graph-defined kernel has fewer
-    blocks than half the multiprocessors and no for-loop to split (latency-bound), larger
-    blocks (Options.threads). [(suffix, Options)], the default first with suffix ''."""
+    kernel's split from the default choice and, where a graph-defined kernel keeps fewer
+    warps in flight than a quarter of the machine's (latency-bound), larger blocks
+    (Options.threads), alone and with each split. [(suffix, Options)], the default first
+    with suffix ''."""
     from dataclasses import replace
     from math import prod
 
@@ -116,17 +117,19 @@ def tuning_choices(g, options: Options | None = None, factors=(2, 4, 8),
     base = options or Options()
     bodies = [op.body for op in g.ops if op.kind == "graph_def"]
     seen = {tuple(choose_split(b, base) for b in bodies)}
-    out = [("", base)]
+    splits = [("", base)]
     for s in factors:
         o = replace(base, split=s)
         key = tuple(choose_split(b, o) for b in bodies)
         if key not in seen:
             seen.add(key)
-            out.append((f"-split{s}", o))
-    small = [b for b in bodies if prod(b.grid_dim) < base.sms // 2 and choose_split(b, base) == 1]
+            splits.append((f"-split{s}", o))
+    warps = lambda b: prod(b.grid_dim) * choose_split(b, base) * prod(b.block_dim) // 32
+    small = [b for b in bodies if warps(b) < base.sms * 16]  # 64 warps an SM at most: under 1/4
+    out = list(splits)
     for t in threads:
         if any(prod(b.block_dim) < t for b in small):
-            out.append((f"-t{t}", replace(base, threads=t)))
+            out += [(f"{sfx}-t{t}", replace(o, threads=t)) for sfx, o in splits]
     return out
 
 
