@@ -75,6 +75,8 @@ class ConvertMirageToGPU(Pass):
         Option("layout", parse_bool, True, "tiles take the optimizer's layouts (swizzled ldmatrix operands)"),
         Option("schedule", parse_bool, True, "ops in the optimizer's depth order, barriers only where needed"),
         Option("smem-plan", parse_bool, True, "shared-memory offsets reuse dead tiles (optimizer's live ranges)"),
+        Option("vectorize", parse_bool, True, "element loops and row reductions move 16-byte chunks"),
+        Option("threads", int, 0, "threads of every block (0 = the μGraph's block_dim)"),
     )
 
     def run(self, module, **options) -> None:
@@ -82,4 +84,5 @@ class ConvertMirageToGPU(Pass):
                                       stages=options["stages"], split=options["split"],
                                       fold_combine=options["fold-combine"], evict_first=options["evict-first"],
                                       layout=options["layout"], schedule=options["schedule"],
-                                      smem_plan=options["smem-plan"]))
+                                      smem_plan=options["smem-plan"], vectorize=options["vectorize"],
+                                      threads=options["threads"]))

@@ -1,0 +1,30 @@
+// RUN: mirage-opt %s --pass-pipeline='builtin.module(convert-mirage-to-gpu)' | FileCheck %s
+// RUN: mirage-opt %s --pass-pipeline='builtin.module(convert-mirage-to-gpu{threads=512})' | FileCheck %s --check-prefix=T512
+// RUN: mirage-opt %s --pass-pipeline='builtin.module(convert-mirage-to-gpu{vectorize=false})' | FileCheck %s --check-prefix=SCALAR
+
+// Tuning options that do not change what the block graph computes. By default the
+// element-wise op moves 16-byte chunks (vector loads and stores of shared memory) and
+// the row reduction of rms_norm reads chunks; `threads` replaces the μGraph's block size
+// (one row shared by 16 warps); `vectorize=false` goes back to one element a thread.
+// CHECK-LABEL: gpu.func @norm_k0
+// CHECK-SAME: known_block_size = array<i32: 128, 1, 1>
+// CHECK: vector.load {{.*}} : memref<{{.*}}xf16, #gpu.address_space<workgroup>>, vector<8xf16>
+// CHECK: arith.extf {{.*}} : vector<8xf16> to vector<8xf32>
+// CHECK: vector.store {{.*}} : memref<{{.*}}xf16, #gpu.address_space<workgroup>>, vector<8xf16>
+// CHECK: gpu.shuffle xor
+// T512: known_block_size = array<i32: 512, 1, 1>
+// SCALAR-LABEL: gpu.func @norm_k0
+// SCALAR-NOT: vector<8xf16> to vector<8xf32>
+module {
+  func.func @norm(%arg0: tensor<8x1024xf16>, %arg1: tensor<8x1024xf16>) -> tensor<8x1024xf16> {
+    %0 = kn.graph_def (%arg0, %arg1) grid [8, 1, 1] block [128, 1, 1] forloop 1 dimx 64 : (tensor<8x1024xf16>, tensor<8x1024xf16>) -> tensor<8x1024xf16> {
+    ^bb0(%a0: tensor<8x1024xf16>, %a1: tensor<8x1024xf16>):
+      %b0 = tb.input %a0 map <x -> 0> : tensor<8x1024xf16> -> tensor<1x1024xf16>
+      %b1 = tb.input %a1 map <x -> 0> : tensor<8x1024xf16> -> tensor<1x1024xf16>
+      %b2 = tb.mul %b0, %b1 : (tensor<1x1024xf16>, tensor<1x1024xf16>) -> tensor<1x1024xf16>
+      %b3 = tb.rms_norm %b2 {normalized_shape = array<i64: 1024>} : tensor<1x1024xf16> -> tensor<1x1024xf16>
+      tb.output %b3 map <x -> 0> : tensor<1x1024xf16>
+    }
+    return %0 : tensor<8x1024xf16>
+  }
+}
