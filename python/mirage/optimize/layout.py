@@ -30,7 +30,7 @@ from typing import Mapping
 
 from ..core import ops as O
 from ..core.graph import TBGraph
-from .plan import LayoutPlan, TileLayout, tile_names, tiles
+from .plan import LayoutPlan, TileLayout, solver_budget, tile_names, tiles
 
 SWIZZLES = (0, 32, 64, 128)
 ELEMENTWISE = {n for n, d in O.OPS.items() if d.arity in (1, 2) and d.name not in
@@ -189,7 +189,7 @@ def select_layouts(tb: TBGraph, enabled: bool = True, global_inner: Mapping[int,
     import z3  # only the optimizer needs z3, never the runtime
 
     opt = z3.Optimize()
-    opt.set("timeout", timeout_ms)
+    solver_budget(opt, timeout_ms)
     B = {n: {c: z3.Bool(f"B[{n},{c[0]},{c[1]}]") for c in cs} for n, cs in costs.unary.items()}
     terms = []
     for n, vs in B.items():

@@ -135,3 +135,15 @@ class BlockPlan:
 
     def layout(self, t: STensor) -> TileLayout:
         return self.layouts.tiles[self.name(t)]
+
+
+# Z3 work units per millisecond of solving on the 2-core development machine (measured
+# 2026-11-24: about 38-45 million a second).
+Z3_UNITS_PER_MS = 40_000
+
+
+def solver_budget(opt, ms: int) -> None:
+    """Bound a Z3 solver by a deterministic amount of work (`rlimit`) worth about `ms`
+    milliseconds on an idle machine, not by wall-clock time: a timeout makes the plan, and
+    so the PTX, depend on the machine's load."""
+    opt.set("rlimit", max(1, int(ms)) * Z3_UNITS_PER_MS)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from ..core.graph import DEFAULT_SMEM, TBGraph
-from .plan import SchedulePlan, SmemBuffer, SmemCapacityError, SmemPlan, tile_names, tiles
+from .plan import SchedulePlan, SmemBuffer, SmemCapacityError, SmemPlan, solver_budget, tile_names, tiles
 from .schedule import program_order, regions
 
 ALIGN = 128
@@ -115,7 +115,7 @@ def _exact(bufs: list[SmemBuffer], upper: int, lower: int, timeout_ms: int):
     import z3
 
     opt = z3.Optimize()
-    opt.set("timeout", timeout_ms)
+    solver_budget(opt, timeout_ms)
     k = {b.name: z3.Int(f"k[{b.name}]") for b in bufs}  # offset = 128 * k
     total = z3.Int("total")
     for b in bufs:
