@@ -71,3 +71,17 @@ def test_threads_option_overrides_the_block():
     assert plan_of(g).nthreads == 256
     p = plan_of(g, Options(threads=512))
     assert p.block == (512, 1, 1) and p._row_split(1, 512) == 16   # 16 warps share the row
+
+
+def test_one_target_description():
+    """The builder's [smem] rule, the search's limits, its cost model and the lowering read
+    their hardware figures from `mirage.target`."""
+    from mirage.core.graph import DEFAULT_SMEM
+    from mirage.search.config import SearchConfig
+    from mirage.search.cost import cost
+    from mirage.target import A100, DEFAULT, H200
+
+    assert DEFAULT_SMEM == DEFAULT.smem_per_block == Options().smem_capacity == SearchConfig().smem_capacity
+    assert Options().sms == SearchConfig().sms == DEFAULT.sms and Options().smem_per_sm == DEFAULT.smem_per_sm
+    g = BENCHMARKS["gated_mlp"].fused(1)  # memory-bound: faster with H200's bandwidth, slower on an A100
+    assert cost(g, H200).time < cost(g).time < cost(g, A100).time

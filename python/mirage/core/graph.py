@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Sequence
 
+from ..target import DEFAULT as DEFAULT_TARGET
 from . import ops as O
 from .dtypes import dtype, float16
 
@@ -439,7 +440,7 @@ class TBGraph(_TensorOps):
         return c is not None and c[1] >= 1
 
 
-DEFAULT_SMEM = 227 * 1024  # sm_90 per-block shared memory
+DEFAULT_SMEM = DEFAULT_TARGET.smem_per_block  # per-block shared memory of the default target
 
 
 def _dims3(v, what: str, allow_neg: bool = False) -> tuple[int, int, int]:

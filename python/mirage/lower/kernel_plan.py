@@ -24,6 +24,7 @@ from ..optimize.layout import select_layouts
 from ..optimize.plan import tile_names
 from ..optimize.schedule import _Deps, schedule as schedule_ops
 from ..optimize.smem import live_ranges, plan_smem
+from ..target import DEFAULT as DEFAULT_TARGET
 from . import scalar
 from .emitter import SMEM, Emitter, Idx
 
@@ -167,9 +168,10 @@ class Options:
     tensor_cores: bool = True
     async_copy: bool = True
     stages: int = 4  # ring depth for loop-varying inputs (>= 2: prefetch)
-    smem_capacity: int = 227 * 1024
+    smem_capacity: int = DEFAULT_TARGET.smem_per_block
     split: int = 0  # blocks sharing one for-loop (split-K); 0 = choose (see choose_split)
-    sms: int = 132  # multiprocessors of the target (H100/H200 SXM)
+    sms: int = DEFAULT_TARGET.sms  # multiprocessors of the target
+    smem_per_sm: int = DEFAULT_TARGET.smem_per_sm  # shared by the co-resident blocks of a split loop
     unroll_k: int = 32  # unroll the k-steps of a tile matmul up to this many
     # split for-loop: the last block of each split group to finish combines the partials
     # and runs the epilogue (one kernel; arrival counters in the workspace) instead of a
@@ -414,7 +416,7 @@ class KernelPlan:
         R = self.R // (self.split if self.mode == "partial" else 1)
         if self.mode == "partial":  # leave room for the co-resident blocks of the split
             per_sm = -(-prod(tb.grid_dim) * self.split // self.opts.sms)
-            cap = min(cap, (228 * 1024) // per_sm - 1024)
+            cap = min(cap, self.opts.smem_per_sm // per_sm - 1024)
         S = 1
         if varying and R > 1 and self.opts.stages > 1:
             S = min(self.opts.stages, R)

@@ -12,12 +12,12 @@ input's dim of that class, or replica). The caller can instead give explicit lis
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import product
 from math import prod
 from typing import Sequence
 
-H100_SMS = 132
+from ..target import DEFAULT as _T
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,8 @@ class SearchConfig:
     max_block_outputs: int = 2
     max_grid_dims: int = 3
     tile_sizes: tuple = (1, 16, 32, 64, 128)  # candidate per-block/per-iteration tile extents
-    max_blocks: int = 2 * H100_SMS
-    sms: int = H100_SMS
+    max_blocks: int = 2 * _T.sms
+    sms: int = _T.sms
     reduction_dimx: int = 64
     block_dim: tuple = (128, 1, 1)
     grid_reduced: bool = True  # allow splitting a reduced class over the grid (split-K)
@@ -45,7 +45,7 @@ class SearchConfig:
     accum_kinds: tuple | None = None  # default: derived from the reference
     prune: bool = True  # abstract-expression pruning (§4.3)
     checker: str = "fast"  # "fast" (normal forms) or "z3"
-    smem_capacity: int = 227 * 1024
+    smem_capacity: int = _T.smem_per_block
     time_limit: float = 600.0
     max_states: int | None = None  # cap on visited states (for the no-pruning runs)
     workers: int = 0  # 0: all cores

@@ -14,7 +14,7 @@ SMs (shared memory, compute); device memory saturates once about half the SMs st
   iteration before the accumulators, once after); ops fused into a thread graph keep
   their intermediates in registers, so only the group's operands and result count;
 - FLOPs from the op table (matmuls on tensor cores, the rest on the SIMT units).
-H100 SXM parameters by default.
+The device is a `mirage.target.Target` (H100 SXM by default).
 """
 from __future__ import annotations
 
@@ -23,20 +23,7 @@ from math import ceil, prod
 
 from ..core import ops as O
 from ..core.graph import KNGraph, TBGraph
-
-
-@dataclass(frozen=True)
-class Device:
-    name: str = "H100-SXM"
-    sms: int = 132
-    dram_bw: float = 3.35e12  # B/s
-    smem_bw: float = 132 * 128 * 1.755e9  # B/s, all SMs
-    tensor_flops: float = 989e12  # fp16 dense
-    simt_flops: float = 67e12
-    launch: float = 3e-6  # s per kernel
-
-
-H100 = Device()
+from ..target import DEFAULT, Target
 
 
 @dataclass
@@ -77,7 +64,7 @@ def alpha(blocks: int, sms: int) -> float:
     return blocks / (ceil(blocks / sms) * sms)
 
 
-def cost(g: KNGraph, dev: Device = H100) -> Cost:
+def cost(g: KNGraph, dev: Target = DEFAULT) -> Cost:
     ks = []
     for op in g.ops:
         if op.kind == "graph_def":
@@ -94,7 +81,7 @@ def cost(g: KNGraph, dev: Device = H100) -> Cost:
     return Cost(sum(k.time for k in ks), ks)
 
 
-def _graph_def_cost(op, dev: Device) -> KernelCost:
+def _graph_def_cost(op, dev: Target) -> KernelCost:
     tb: TBGraph = op.body
     blocks = prod(tb.grid_dim)
     iters = tb.forloop_range

@@ -21,7 +21,8 @@ from ..core.graph import KNGraph
 from . import build as B
 from . import check as CHK
 from .config import SearchConfig, make_config
-from .cost import Cost, Device, H100, cost
+from ..target import DEFAULT, Target
+from .cost import Cost, cost
 from .generator import Generator, Stats, Stop
 
 
@@ -161,7 +162,7 @@ def work_items(gen: Generator) -> list:
 
 # -- driver --------------------------------------------------------------------------------
 
-def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Device = H100,
+def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Target = DEFAULT,
                   cache_dir: str | None = None, measure=None, **overrides) -> SearchResult:
     """Search μGraphs equivalent to `ref`; returns the ranked, verified candidates.
 
@@ -214,7 +215,7 @@ def _measured(res: SearchResult, measure) -> SearchResult:
     return select_by_time(res, measure)
 
 
-def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Device) -> SearchResult:
+def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> SearchResult:
     t0 = time.monotonic()
     deadline = t0 + cfg.time_limit
     pro = None
