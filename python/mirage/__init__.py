@@ -10,6 +10,7 @@ from importlib import import_module
 from .core.dtypes import bfloat16, dtype, float16, float32
 from .core.graph import (DTensor, GraphError, KNGraph, STensor, TBGraph, THGraph,
                          new_kernel_graph, new_thread_graph, new_threadblock_graph)
+from . import api  # noqa: F401,E402 (attaches KNGraph.superoptimize / compile / __call__)
 
 __version__ = "0.1.0"
 

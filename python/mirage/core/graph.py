@@ -195,26 +195,14 @@ class KNGraph(_TensorOps):
         self.ops.append(op)
         return outs
 
-    # -- conversions and evaluation (implemented in sibling modules) --
+    # -- conversions and evaluation (implemented in sibling modules; superoptimize, compile
+    # and __call__ reach up the pipeline and are attached by mirage.api) --
     def evaluate(self, inputs, dtype=None):
         """Run the μGraph on numpy arrays with the reference interpreter (float64 by
         default; `dtype="native"` rounds every tensor to its element type)."""
         from .interpret import evaluate
 
         return evaluate(self, inputs, dtype)
-
-    def superoptimize(self, imaps=None, omaps=None, griddims=None, fmaps=None, franges=None, config=None,
-                      verbose: bool = False, **kwargs) -> "KNGraph":
-        """Search for the best μGraph equivalent to this one (`mirage.search`); returns
-        it, with `.search` holding the ranked candidates and statistics."""
-        from ..search import superoptimize
-
-        tup = lambda v: None if v is None else tuple(tuple(x) if isinstance(x, (list, tuple)) else x for x in v)
-        res = superoptimize(self, config, verbose, imaps=tup(imaps), omaps=tup(omaps), griddims=tup(griddims),
-                            fmaps=tup(fmaps), franges=tup(franges), **kwargs)
-        best = res.best
-        best.search = res
-        return best
 
     def to_mlir(self) -> str:
         from .mlir_text import print_module
@@ -236,17 +224,6 @@ class KNGraph(_TensorOps):
         with open(path, "w") as f:
             f.write(self.to_dot())
         return path
-
-    def compile(self, target: str = "sm_90", **kwargs):
-        """Lower to PTX for `target` and write a kernel bundle (`mirage.lower.compile`)."""
-        from ..lower import compile as _compile
-
-        return _compile(self, target, **kwargs)
-
-    def __call__(self, inputs=None, **kwargs):
-        from ..lower import call  # GPU execution; raises a clear error without a GPU
-
-        return call(self, inputs if inputs is not None else kwargs.get("inputs"), **kwargs)
 
 
 def row_major_strides(dims) -> tuple[int, ...]:
