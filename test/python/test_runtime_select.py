@@ -104,7 +104,7 @@ def test_chooses_the_fastest_correct_variant_and_persists_it(variants, tmp_path,
     assert k.report["variant"] == "rank1"
     assert set(k.report["times_us"]) == {"rank0", "rank1", "reference"}   # 'wrong' never timed
     assert k.report["times_us"]["rank1"] == pytest.approx(10.0)
-    assert "wrong" in k.report["rejected"] and "disagrees" in capsys.readouterr().err
+    assert "wrong" in k.report["rejected"] and "relative error" in capsys.readouterr().err
     drv.launches.clear()
     assert call(k, drv) == ["rank1"]                          # from now on: the chosen one only
     saved = json.load(open(tmp_path / "cache" / "variant_choices.json"))
@@ -161,3 +161,15 @@ def test_variant_bundle_validation(tmp_path):
         load_variants(ok)
     with pytest.raises(TypeError, match="single bundle"):
         load(a, cache_dir=None)
+
+
+def test_a_variant_that_fails_to_launch_is_dropped(variants, capsys):
+    class Failing(TimingDriver):
+        def cuLaunchKernel(self, f, *rest):
+            return (1,) if f == "rank1" else super().cuLaunchKernel(f, *rest)
+
+    drv = Failing(COST, VALUE)
+    k = load(variants, driver=drv, cache_dir=None)
+    call(k, drv)
+    assert k.report["variant"] == "rank0" and "failed to launch" in k.report["rejected"]["rank1"]
+    assert "not used" in capsys.readouterr().err

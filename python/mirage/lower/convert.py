@@ -106,10 +106,9 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
         ins = [gl(t, *loc[id(t)], f"%in{j}") for j, t in enumerate(op.inputs)]
         outs = [gl(t, *loc[id(t)], f"%out{j}") for j, t in enumerate(op.outputs)]
         args = [{"kind": loc[id(t)][0], "index": loc[id(t)][1]} for t in list(op.inputs) + list(op.outputs)]
-        if op.kind == "graph_def":
-            emit(op.body, f"{base}_k{n}", ins, outs, args, {})
-        else:  # a pre-defined op: a graph-defined kernel with its default block graph
-            emit(default_block_graph(op), f"{base}_k{n}", ins, outs, args, {"kind": op.kind})
+        defined = op.kind == "graph_def"  # else a pre-defined op: its default block graph
+        emit(op.body if defined else default_block_graph(op), f"{base}_k{n}", ins, outs, args,
+             {} if defined else {"kind": op.kind})
     # outputs not written by a kernel (an input marked as output, or one tensor marked twice)
     for k, t in enumerate(g.outputs):
         if loc.get(id(t)) == ("output", k):

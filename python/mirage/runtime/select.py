@@ -241,17 +241,24 @@ class Selecting:
         return the fastest's index."""
         dkey = key.split("|", 1)[1]
         want = [self._host(r, s, device) for r, s in zip(ref_results, self.manifest.outputs)]
+        from .launcher import LaunchError
+
         times, rejected = {}, {}
         for j, (name, k) in enumerate(zip(self.names, self.kernels)):
-            if j != self.reference:
-                got = [self._host(r, s, device) for r, s in zip(k(*tensors, stream=stream), self.manifest.outputs)]
-                err = max(_rel_err(g, w) for g, w in zip(got, want))
-                if not err <= self.tolerance:  # NaN too
-                    rejected[name] = f"relative error {err:.2e} against {self.names[self.reference]!r}"
-                    print(f"mirage.runtime: variant {name!r} of {self.path} disagrees with the reference "
-                          f"on {dkey} ({rejected[name]}); not used", file=sys.stderr)
-                    continue
-            times[name] = self._time(k, tensors, stream, device)
+            try:
+                if j != self.reference:
+                    got = [self._host(r, s, device) for r, s in zip(k(*tensors, stream=stream), self.manifest.outputs)]
+                    err = max(_rel_err(g, w) for g, w in zip(got, want))
+                    if not err <= self.tolerance:  # NaN too
+                        rejected[name] = f"relative error {err:.2e} against {self.names[self.reference]!r}"
+                        continue
+                times[name] = self._time(k, tensors, stream, device)
+            except LaunchError as e:  # e.g. more shared memory than this GPU has
+                if j == self.reference:
+                    raise
+                rejected[name] = f"failed to launch: {e}"
+        for name, why in rejected.items():
+            print(f"mirage.runtime: variant {name!r} of {self.path} not used on {dkey}: {why}", file=sys.stderr)
         best = min(times, key=times.get)
         self.report = {"variant": best, "times_us": {n: round(t, 2) for n, t in times.items()},
                        "rejected": rejected, "device": dkey, "date": time.strftime("%Y-%m-%dT%H:%M:%S")}
