@@ -309,3 +309,30 @@ def test_auto_fuses_a_program_without_matmul_into_one_kernel():
     y = x + a * (h / rms(h) - x)
     np.testing.assert_allclose(res.best.evaluate([h, x, a])[0], y / rms(y), rtol=1e-9)
     check_all(res)
+
+
+def test_cache_entries_are_checked_before_use(tmp_path):
+    """A cached program is returned only after it passes the verifier against the
+    program searched; edited, foreign or unreadable entries are discarded with a warning
+    and searched again. A renamed copy of the program hits the same entry."""
+    ref = rmsnorm_ref(2, 256, 256)
+    kw = dict(config="mlp", workers=1, time_limit=60, cache_dir=str(tmp_path), measure=False)
+    first = ref.superoptimize(**kw)
+    (entry,) = tmp_path.glob("*.mlir")
+    good = entry.read_text()
+    renamed = rmsnorm_ref(2, 256, 256)
+    renamed.name = "another_name"
+    assert renamed.superoptimize(**kw).search.from_cache
+
+    assert "th.div" in good
+    other = mi.new_kernel_graph("rmsnorm_linear")  # another program (other shapes) under the key
+    x = other.new_input((4, 64))
+    other.mark_output(other.exp(x))
+    for bad in (good.replace("th.div", "th.mul", 1), other.to_mlir(), "garbage"):
+        entry.write_text(bad)
+        with pytest.warns(UserWarning, match="discarded"):
+            again = ref.superoptimize(**kw)
+        assert not again.search.from_cache and again.search.stats.states > 0
+        assert again.to_mlir() == first.to_mlir()
+        check_all(again.search)
+    assert ref.superoptimize(**kw).search.from_cache  # rewritten by the last search

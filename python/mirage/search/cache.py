@@ -1,22 +1,40 @@
 """Result cache: `<dir>/<key>.mlir`, key = hash of the reference program's MLIR text
-and the search configuration. Files hold the ranked candidates as functions
-(`@<name>_0` best first), printed by mirage.core.mlir_text (op and dtype names, never
-enum numbers). Reading back goes through `mirage.core.mlir_import.parse_mlir` (MLIR +
-the C++ dialects, so the cached graphs pass the C++ verifiers and the Python builder's
-checks again); a file that does not parse is a miss."""
+(under a fixed function name: renamed copies share an entry), the search configuration
+and the mirage version. Files hold the ranked candidates as functions (`@<name>_0` best
+first), printed by mirage.core.mlir_text (op and dtype names, never enum numbers), and
+are written atomically (temp file + rename).
+
+Nothing is returned unchecked: reading back goes through `mirage.core.mlir_import.parse_mlir`
+(MLIR + the C++ dialects, so the cached graphs pass the C++ verifiers and the Python
+builder's checks again), then every cached program must have the reference's signature
+and pass the verifier against it (finite-field trials). A file that does not parse, or
+an entry that fails a check (edited, another program's, written by another version), is
+reported with a warning, deleted, and the search runs again."""
 from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
+import warnings
 from dataclasses import asdict
 
 from ..core.mlir_text import print_module
 
+FORMAT = "mirage-superoptimize-cache 2"
+
 
 def cache_key(ref, cfg) -> str:
+    from .. import __version__
+
     relevant = {k: v for k, v in asdict(cfg).items() if k not in ("time_limit", "workers", "top_k")}
-    h = hashlib.sha256(ref.to_mlir().encode())
+    old = ref.name
+    ref.name = "program"  # the key does not depend on the function's name
+    try:
+        h = hashlib.sha256(ref.to_mlir().encode())
+    finally:
+        ref.name = old
     h.update(repr(sorted(relevant.items())).encode())
+    h.update(f"{FORMAT} {__version__}".encode())
     return h.hexdigest()[:24]
 
 
@@ -37,9 +55,9 @@ def store(cache_dir: str, ref, cfg, graphs) -> str:
         for g, old in named:
             g.name = old
     p = path(cache_dir, ref, cfg)
-    tmp = p + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(f"// mirage-superoptimize cache for @{ref.name}; ranked best first\n")
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".mlir")  # one per writer
+    with os.fdopen(fd, "w") as f:
+        f.write(f"// {FORMAT} for @{ref.name}; ranked best first\n")
         f.write(text)
     os.replace(tmp, p)
     return p
@@ -52,6 +70,26 @@ def parse_cached(text: str):
     return parse_mlir(text)
 
 
+def _signature(g):
+    return ([(t.shape, t.dtype.mlir) for t in g.inputs], [(t.shape, t.dtype.mlir) for t in g.outputs],
+            sorted(g.strides.items()))
+
+
+def check_entry(ref, graphs) -> str | None:
+    """Why the cached `graphs` must not be returned for `ref`, or None."""
+    from ..verify import check_equivalence
+
+    if not graphs:
+        return "no program in the entry"
+    for k, g in enumerate(graphs):
+        if _signature(g) != _signature(ref):
+            return f"program {k} takes or returns other tensors than the reference"
+        r = check_equivalence(ref, g, fp_check=False)
+        if not r.equivalent:
+            return f"program {k} is not equivalent to the reference ({r.reason or 'verifier'})"
+    return None
+
+
 def load(cache_dir: str, ref, cfg):
     p = path(cache_dir, ref, cfg)
     if not os.path.exists(p):
@@ -59,8 +97,16 @@ def load(cache_dir: str, ref, cfg):
     try:
         with open(p) as f:
             graphs = parse_cached(f.read())
-    except Exception:  # unreadable or stale cache entry: search again (and overwrite it)
+        why = check_entry(ref, graphs)
+    except Exception as e:  # unreadable, or a program the checks cannot take
+        why = f"unreadable ({type(e).__name__}: {e})"
+    if why is not None:
+        warnings.warn(f"search cache entry {p} discarded: {why}; searching again", stacklevel=3)
+        try:
+            os.remove(p)
+        except OSError:
+            pass
         return None
     for g in graphs:
         g.name = ref.name
-    return graphs or None
+    return graphs
