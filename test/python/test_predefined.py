@@ -125,6 +125,8 @@ def test_rms_norm(shape, ns):
     (lambda g, a: g.repeat(a, (1, 4, 1)), [(2, 8, 64)]),
     (lambda g: g.constant(0.125, (1, 1, 1)), []),
     (lambda g: g.constant(2.0, (64, 128)), []),
+    (lambda g: g.constant(3.0, (2, 3, 4, 4096)), []),   # four dims split: the last by the for-loop
+    (lambda g, a, b: g.add(g.exp(a), b), [(2, 3, 4, 4096), (4096,)]),
 ])
 def test_layout_ops_and_constants(build, shapes):
     same(one(build, *shapes), np.random.default_rng(6))

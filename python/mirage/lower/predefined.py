@@ -123,7 +123,7 @@ def _elementwise(op: Op) -> TBGraph:
         r = tb.reshape(tiles[0], tiles[0].shape)
     elif op.kind == "constant":
         tile = list(out)
-        for d, p in lay.grid:
+        for d, p in lay.grid + ([lay.loop] if lay.loop else []):
             tile[d] //= p
         r = tb.constant(op.attrs["value"], tuple(tile), op.outputs[0].dtype)
     else:
