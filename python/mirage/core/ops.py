@@ -12,7 +12,7 @@ as batch dims.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Callable, Sequence
 
@@ -70,6 +70,9 @@ class OpDef:
     # with an expression builder `ex` (add, mul, div, exp, sqrt, fn, sum, const); None:
     # the search does not generate this operator.
     absexpr: Callable | None = None
+    # unary | binary (element-wise) | constant | matmul | reduction | norm | layout: every
+    # stage's list of "element-wise ops" etc. is derived from this (`named`)
+    category: str = ""
 
     def flops(self, in_shapes: Sequence[Shape], out_shape: Shape, attrs: dict) -> float:
         if self.name == "matmul":
@@ -84,8 +87,13 @@ ALL = frozenset({"kn", "tb", "th"})
 KT = frozenset({"kn", "tb"})
 
 
-def _register(op: OpDef) -> None:
-    OPS[op.name] = op
+def _register(op: OpDef, category: str) -> None:
+    OPS[op.name] = replace(op, category=category)
+
+
+def named(*categories: str) -> tuple:
+    """Names of the operators of these categories, in table order."""
+    return tuple(n for n, d in OPS.items() if d.category in categories)
 
 
 # -- element-wise binary ------------------------------------------------------------------
@@ -98,7 +106,7 @@ def _binary(name: str, fn_name: str, lax: str) -> None:
     # sub is abstracted as add: abstract expressions ignore signs and constants
     ab = {"add": "add", "sub": "add", "mul": "mul", "div": "div"}[name]
     _register(OpDef(name, 2, ALL, lambda s, a: broadcast_shapes(*s), ev, lax,
-                    absexpr=lambda ex, xs, sh, at, f=ab: getattr(ex, f)(xs[0], xs[1])))
+                    absexpr=lambda ex, xs, sh, at, f=ab: getattr(ex, f)(xs[0], xs[1])), "binary")
 
 
 _binary("add", "add", "linear")
@@ -111,7 +119,7 @@ _binary("div", "div", "div")
 
 def _unary(name: str, ev: Callable, lax: str, flops: float = 1.0, absexpr: Callable | None = None) -> None:
     _register(OpDef(name, 1, ALL, lambda s, a: tuple(s[0]), lambda ar, xs, at, nb: ev(ar, xs[0]), lax, flops,
-                    absexpr=(lambda ex, xs, sh, at: absexpr(ex, xs[0])) if absexpr else None))
+                    absexpr=(lambda ex, xs, sh, at: absexpr(ex, xs[0])) if absexpr else None), "unary")
 
 
 _unary("exp", lambda ar, x: ar.exp(x), "exp", 4, lambda ex, x: ex.exp(x))
@@ -129,7 +137,7 @@ def _const_shape(s, attrs):
 
 _register(OpDef("constant", 0, ALL, _const_shape,
                 lambda ar, xs, at, nb: ar.const(at["value"], (1,) * nb + tuple(at["shape"])),
-                "linear", 0.0, ("value", "shape"), lambda ex, xs, sh, at: ex.const()))
+                "linear", 0.0, ("value", "shape"), lambda ex, xs, sh, at: ex.const()), "constant")
 
 
 # -- matmul -------------------------------------------------------------------------------
@@ -147,7 +155,7 @@ def _matmul_shape(s, attrs):
 
 _register(OpDef("matmul", 2, ALL - {"th"}, _matmul_shape,
                 lambda ar, xs, at, nb: ar.matmul(*xs), "multilinear",
-                absexpr=lambda ex, xs, sh, at: ex.sum(sh[0][-1], ex.mul(xs[0], xs[1]))))
+                absexpr=lambda ex, xs, sh, at: ex.sum(sh[0][-1], ex.mul(xs[0], xs[1]))), "matmul")
 
 
 # -- reductions ---------------------------------------------------------------------------
@@ -171,9 +179,9 @@ def _reduced_size(sh, at):
 
 
 _register(OpDef("reduction", 1, KT, _reduce_shape, _reduce_eval("sum"), "linear", attrs=("dim",),
-                absexpr=lambda ex, xs, sh, at: ex.sum(_reduced_size(sh, at), xs[0])))
+                absexpr=lambda ex, xs, sh, at: ex.sum(_reduced_size(sh, at), xs[0])), "reduction")
 _register(OpDef("reduce_max", 1, KT, _reduce_shape, _reduce_eval("max"), "nonlax", attrs=("dim",),
-                absexpr=lambda ex, xs, sh, at: ex.fn(f"max{_reduced_size(sh, at)}", xs[0])))
+                absexpr=lambda ex, xs, sh, at: ex.fn(f"max{_reduced_size(sh, at)}", xs[0])), "reduction")
 
 
 def _dimx_shape(s, attrs):
@@ -195,7 +203,7 @@ def sum_to_dimx(ar, x, dimx: int, axis: int | None = None):
 
 _register(OpDef("reduction_to_dimx", 1, frozenset({"tb"}), _dimx_shape,
                 lambda ar, xs, at, nb: sum_to_dimx(ar, xs[0], at["dimx"]), "linear", attrs=("dimx",),
-                absexpr=lambda ex, xs, sh, at: ex.sum(sh[0][-1] // at["dimx"], xs[0])))
+                absexpr=lambda ex, xs, sh, at: ex.sum(sh[0][-1] // at["dimx"], xs[0])), "reduction")
 
 
 # -- normalization ------------------------------------------------------------------------
@@ -234,7 +242,7 @@ def _rms_absexpr(ex, xs, sh, at):
     return ex.div(xs[0], abstract_rms(ex, xs[0], prod(sh[0][len(sh[0]) - k:])))
 
 
-_register(OpDef("rms_norm", 1, KT, _rms_shape, _rms_eval, "sqrt", 4, ("normalized_shape",), _rms_absexpr))
+_register(OpDef("rms_norm", 1, KT, _rms_shape, _rms_eval, "sqrt", 4, ("normalized_shape",), _rms_absexpr), "norm")
 
 
 # -- data movement ------------------------------------------------------------------------
@@ -255,7 +263,7 @@ def _concat_eval(ar, xs, attrs, nb):
     return ar.apply(lambda a, b: np.concatenate([a, b], axis=nb + d), *xs)
 
 
-_register(OpDef("concat", 2, KT, _concat_shape, _concat_eval, "linear", 0.0, ("dim",)))
+_register(OpDef("concat", 2, KT, _concat_shape, _concat_eval, "linear", 0.0, ("dim",)), "layout")
 
 
 def _reshape_shape(s, attrs):
@@ -267,7 +275,7 @@ def _reshape_shape(s, attrs):
 
 _register(OpDef("reshape", 1, KT, _reshape_shape,
                 lambda ar, xs, at, nb: ar.apply(lambda a: a.reshape(a.shape[:nb] + tuple(at["shape"])), xs[0]),
-                "linear", 0.0, ("shape",), lambda ex, xs, sh, at: xs[0]))
+                "linear", 0.0, ("shape",), lambda ex, xs, sh, at: xs[0]), "layout")
 
 
 def _transpose_shape(s, attrs):
@@ -280,7 +288,7 @@ def _transpose_shape(s, attrs):
 _register(OpDef("transpose", 1, KT, _transpose_shape,
                 lambda ar, xs, at, nb: ar.apply(
                     lambda a: a.transpose(tuple(range(nb)) + tuple(nb + p for p in at["permutation"])), xs[0]),
-                "linear", 0.0, ("permutation",), lambda ex, xs, sh, at: xs[0]))
+                "linear", 0.0, ("permutation",), lambda ex, xs, sh, at: xs[0]), "layout")
 
 
 def _repeat_shape(s, attrs):
@@ -292,7 +300,13 @@ def _repeat_shape(s, attrs):
 
 _register(OpDef("repeat", 1, KT, _repeat_shape,
                 lambda ar, xs, at, nb: ar.apply(lambda a: np.tile(a, (1,) * nb + tuple(at["repeats"])), xs[0]),
-                "linear", 0.0, ("repeats",), lambda ex, xs, sh, at: xs[0]))
+                "linear", 0.0, ("repeats",), lambda ex, xs, sh, at: xs[0]), "layout")
+
+
+# the category lists every stage reads (table order: the search enumerates in this order)
+UNARY = named("unary")
+BINARY = named("binary")
+ELEMENTWISE = BINARY + UNARY
 
 
 # -- for-loop accumulators (tb level; not in OPS: the interpreter applies them) -----------

@@ -8,6 +8,7 @@ gelu) is the Abramowitz-Stegun 7.1.26 polynomial (|error| < 1.5e-7).
 """
 from __future__ import annotations
 
+from ..core import ops as O
 from .emitter import Emitter
 
 
@@ -51,8 +52,7 @@ def binary(e: Emitter, name: str, a: str, b: str) -> str:
     return e.fbin({"add": "addf", "sub": "subf", "mul": "mulf", "div": "divf"}[name], a, b)
 
 
-BINARY = ("add", "sub", "mul", "div")
-UNARY = ("exp", "sqrt", "rsqrt", "square", "silu", "gelu", "relu", "sigmoid")
+BINARY, UNARY = O.BINARY, O.UNARY
 
 
 def apply(e: Emitter, name: str, args: list[str], attrs: dict) -> str:

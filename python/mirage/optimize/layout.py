@@ -33,9 +33,7 @@ from ..core.graph import TBGraph
 from .plan import LayoutPlan, TileLayout, solver_budget, tile_names, tiles
 
 SWIZZLES = (0, 32, 64, 128)
-ELEMENTWISE = {n for n, d in O.OPS.items() if d.arity in (1, 2) and d.name not in
-               ("matmul", "reduction", "reduce_max", "reduction_to_dimx", "rms_norm", "concat",
-                "reshape", "transpose", "repeat")}
+ELEMENTWISE = set(O.ELEMENTWISE)
 REDUCING_ACCUM = {"sum", "mean", "rms", "sum_todimx"}
 
 

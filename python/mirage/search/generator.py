@@ -35,8 +35,7 @@ from ..core import ops as O
 from .absexpr import Table
 from .config import SearchConfig, Schedule, schedules
 
-UNARY = ("exp", "sqrt", "rsqrt", "square", "silu", "gelu", "relu", "sigmoid")
-BINARY = ("add", "sub", "mul", "div")
+UNARY, BINARY = O.UNARY, O.BINARY
 COMMUTATIVE = ("add", "mul")
 NONLINEAR = UNARY + ("rms_norm",)
 KIND_ID = {k: i for i, k in enumerate(

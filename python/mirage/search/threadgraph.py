@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..core import ops as O
 from ..core.graph import TBGraph, THGraph
 
-ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "exp", "sqrt", "rsqrt", "square", "silu", "gelu",
-                         "relu", "sigmoid"})
+ELEMENTWISE = frozenset(O.ELEMENTWISE)
 
 
 def fuse_thread_graphs(tb: TBGraph) -> TBGraph:

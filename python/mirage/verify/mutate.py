@@ -15,8 +15,7 @@ from ..core.graph import GraphError, KNGraph, TBGraph, THGraph
 
 __all__ = ["Mutation", "replay", "mutations", "GraphError"]
 
-_BINARY = ("add", "sub", "mul", "div")
-_UNARY = ("exp", "sqrt", "rsqrt", "square", "silu", "gelu", "relu", "sigmoid")
+_BINARY, _UNARY = O.BINARY, O.UNARY
 
 
 @dataclass(frozen=True)
