@@ -63,3 +63,10 @@ def test_modules_that_import_mlir_do_not_grow():
     assert users <= {"mirage.core.mlir_import", "mirage.dialects", "mirage.dialects.tb", "mirage.frontend.tosa_to_kn",
                      "mirage.lower.passes", "mirage.lower.pipeline", "mirage.optimize.passes",
                      "mirage.tools.mirage_opt"}, sorted(users)
+
+
+def test_search_result_breaks_the_driver_partition_cycle():
+    mods = modules()
+    assert "mirage.search.driver" not in mods["mirage.search.partition"]
+    assert not {"mirage.search.driver", "mirage.search.partition"} & mods["mirage.search.result"]
+    assert "mirage.search.driver" not in mods["mirage.search.measure"]

@@ -15,68 +15,17 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 
 from ..core.graph import KNGraph
 from . import build as B
 from . import check as CHK
 from .config import SearchConfig, make_config
 from ..target import DEFAULT, Target
-from .cost import Cost, cost
+from .cost import cost
 from .generator import Generator, Stats, Stop
-
-
-@dataclass
-class Candidate:
-    graph: KNGraph
-    cost: Cost
-    key: str
-    plan: object = None
-    verification: str = ""  # the formal verifier's summary
-    measured_us: float = float("nan")  # time on the GPU (search.measure), NaN when not measured
-
-    @property
-    def time_us(self) -> float:
-        return self.cost.time * 1e6
-
-
-@dataclass
-class SearchResult:
-    reference: KNGraph
-    candidates: list  # ranked, best first (the reference is among them)
-    stats: Stats
-    seconds: float
-    config: SearchConfig
-    reference_cost: Cost = None
-    from_cache: bool = False
-    notes: list = field(default_factory=list)
-    # distinct candidates that passed the float64 pre-filter but were not run through the
-    # formal verifier (ranked below the verified top-k), best first
-    others: list = field(default_factory=list)
-
-    @property
-    def best(self) -> KNGraph:
-        return self.candidates[0].graph
-
-    def report(self) -> str:
-        s = self.stats
-        lines = [f"superoptimize {self.reference.name}: {self.seconds:.1f} s"
-                 + (" (from cache)" if self.from_cache else "")
-                 + (f", stopped early ({s.stopped})" if s.stopped else ""),
-                 f"  states visited: {s.states} (kernel {s.kernel_states}, block {s.block_states}), "
-                 f"schedules {s.schedules}",
-                 "  pruned: " + (", ".join(f"{k} {v}" for k, v in sorted(s.pruned.items())) or "none"),
-                 f"  candidates: {s.candidates} found ({len(self.others) + len(self.candidates) - 1} distinct); "
-                 f"best first: {s.verified} passed the float64 check, {s.rejected - s.formal_rejected} failed it; "
-                 f"{s.formal} formally verified, {s.formal_rejected} rejected by the verifier; "
-                 f"{len(self.candidates)} kept",
-                 f"  reference: {self.reference_cost.summary()}"]
-        for k, c in enumerate(self.candidates[:self.config.top_k]):
-            tag = " (reference)" if c.key == "reference" else ""
-            gpu = f", measured {c.measured_us:.1f} µs" if c.measured_us == c.measured_us else ""
-            lines.append(f"  #{k + 1}{tag}: {c.cost.summary()}{gpu}")
-        lines += ["  note: " + n for n in self.notes]
-        return "\n".join(lines)
+from . import measure as M
+from .partition import needs_partition, partitioned_search
+from .result import Candidate, SearchResult, order as _order
 
 
 # -- worker side -------------------------------------------------------------------------
@@ -170,7 +119,6 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
     None (default) where this machine has one, True to require it, False for the cost
     model only, or a function `res -> {candidate index: µs}`."""
     from .cache import load as cache_load, store as cache_store
-    from .partition import needs_partition, partitioned_search
 
     preset = config
     if config == "auto":
@@ -203,16 +151,14 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
 
 
 def _measured(res: SearchResult, measure) -> SearchResult:
-    from .measure import gpu_available, measure_on_gpu, select_by_time
-
     if measure is False:
         return res
     if measure is True:  # required: errors surface
-        if not gpu_available():
+        if not M.gpu_available():
             raise RuntimeError("superoptimize(measure=True): no CUDA GPU is available to time the candidates "
                                "(measure=None times them only where a GPU is present)")
-        measure = measure_on_gpu
-    return select_by_time(res, measure)
+        measure = M.measure_on_gpu
+    return M.select_by_time(res, measure)
 
 
 def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> SearchResult:
@@ -341,12 +287,6 @@ def _check_item(arg):
     except Exception as e:  # a verifier failure is a rejection, with the reason
         return "formal", False, f"verifier error: {e}"
     return "formal", bool(r), r.summary()
-
-
-def _order(c: Candidate):
-    ks = c.cost.kernels
-    return (round(c.cost.time, 12), sum(k.dram_bytes for k in ks), sum(k.smem_bytes for k in ks),
-            sum(k.flops for k in ks), c.key)
 
 
 class _Progress:

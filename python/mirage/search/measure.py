@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import tempfile
 
-from .driver import SearchResult
+from .result import SearchResult
 
 
 def gpu_available() -> bool:

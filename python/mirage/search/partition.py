@@ -179,7 +179,7 @@ def _subgraph(ref: KNGraph, ops_idx: list, name: str):
 
 def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset=None, search=None):
     """Search each Lax subprogram of `ref`, stitch the best plans; a SearchResult."""
-    from .driver import Candidate, SearchResult, _order
+    from .result import Candidate, SearchResult, order as _order
     from .generator import Stats
     from . import check as CHK
     from .config import auto_preset, make_config

@@ -1,0 +1,70 @@
+"""What a search returns: the ranked candidates and statistics (`SearchResult`), and
+the ranking key. Shared by the driver and the Lax-partitioned search."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..core.graph import KNGraph
+from .config import SearchConfig
+from .cost import Cost
+from .generator import Stats
+
+
+@dataclass
+class Candidate:
+    graph: KNGraph
+    cost: Cost
+    key: str
+    plan: object = None
+    verification: str = ""  # the formal verifier's summary
+    measured_us: float = float("nan")  # time on the GPU (search.measure), NaN when not measured
+
+    @property
+    def time_us(self) -> float:
+        return self.cost.time * 1e6
+
+
+@dataclass
+class SearchResult:
+    reference: KNGraph
+    candidates: list  # ranked, best first (the reference is among them)
+    stats: Stats
+    seconds: float
+    config: SearchConfig
+    reference_cost: Cost = None
+    from_cache: bool = False
+    notes: list = field(default_factory=list)
+    # distinct candidates that passed the float64 pre-filter but were not run through the
+    # formal verifier (ranked below the verified top-k), best first
+    others: list = field(default_factory=list)
+
+    @property
+    def best(self) -> KNGraph:
+        return self.candidates[0].graph
+
+    def report(self) -> str:
+        s = self.stats
+        lines = [f"superoptimize {self.reference.name}: {self.seconds:.1f} s"
+                 + (" (from cache)" if self.from_cache else "")
+                 + (f", stopped early ({s.stopped})" if s.stopped else ""),
+                 f"  states visited: {s.states} (kernel {s.kernel_states}, block {s.block_states}), "
+                 f"schedules {s.schedules}",
+                 "  pruned: " + (", ".join(f"{k} {v}" for k, v in sorted(s.pruned.items())) or "none"),
+                 f"  candidates: {s.candidates} found ({len(self.others) + len(self.candidates) - 1} distinct); "
+                 f"best first: {s.verified} passed the float64 check, {s.rejected - s.formal_rejected} failed it; "
+                 f"{s.formal} formally verified, {s.formal_rejected} rejected by the verifier; "
+                 f"{len(self.candidates)} kept",
+                 f"  reference: {self.reference_cost.summary()}"]
+        for k, c in enumerate(self.candidates[:self.config.top_k]):
+            tag = " (reference)" if c.key == "reference" else ""
+            gpu = f", measured {c.measured_us:.1f} µs" if c.measured_us == c.measured_us else ""
+            lines.append(f"  #{k + 1}{tag}: {c.cost.summary()}{gpu}")
+        lines += ["  note: " + n for n in self.notes]
+        return "\n".join(lines)
+
+
+def order(c: Candidate):
+    """The ranking key: cost-model time, then bytes, FLOPs and the canonical key (a total order)."""
+    ks = c.cost.kernels
+    return (round(c.cost.time, 12), sum(k.dram_bytes for k in ks), sum(k.smem_bytes for k in ks),
+            sum(k.flops for k in ks), c.key)
