@@ -25,6 +25,7 @@ A `gpu.barrier` separates ops that communicate through shared memory.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from math import prod
 
@@ -70,7 +71,6 @@ def _split_axes(rank, dmap, loop_dim):
         if d != -1:
             per_dim[d].append(axis)
     return per_dim
-
 
 
 class BlockLowering:
@@ -159,13 +159,21 @@ class BlockLowering:
             v = self.shuffle_reduce(res[0], combine)
             with e.if_(e.cmp("eq", self.lane, 0)):
                 e.store(v, rv, rm, self.warp, "f32")
+        self.combine_partials(rows, wpr, lambda i, p: e.add(e.mul(i, wpr), p) if p else e.mul(i, wpr), combine, finish)
+
+    def combine_partials(self, n: int, parts: int, at, combine: str, finish) -> None:
+        """After a barrier, thread i < n combines the `parts` partials of result i (at
+        `at(i, p)` in the shared-memory partials) and finishes it; a barrier after, since
+        the partials' space is reused by the next reduction."""
+        e = self.e
+        rv, rm = self.red_view, self.p.red.mtype
         e.barrier()
-        with e.if_(e.cmp("ult", self.tid, rows)):
-            v = e.load(rv, rm, e.mul(self.tid, wpr), "f32")
-            for p in range(1, wpr):
-                v = e.fbin(combine, v, e.load(rv, rm, e.add(e.mul(self.tid, wpr), p), "f32"))
+        with e.if_(e.cmp("ult", self.tid, n)):
+            v = e.load(rv, rm, at(self.tid, 0), "f32")
+            for p in range(1, parts):
+                v = e.fbin(combine, v, e.load(rv, rm, at(self.tid, p), "f32"))
             finish(self.tid, v)
-        e.barrier()  # the partials' space is reused by the next row reduction
+        e.barrier()
 
     def shuffle_reduce(self, v, combine: str, lanes: int = 32):
         """`v` combined over each aligned group of `lanes` lanes (xor shuffles)."""
@@ -334,10 +342,7 @@ class BlockLowering:
             V = self.p.chunk(a) if self.p.chunk(a) == self.p.chunk(out) else 1
             if V > 1:  # x / rms in 16-byte chunks
                 ta, to = self.p.tiles[id(a)], self.p.tiles[id(out)]
-                per_row = L // V
-                with e.for_(self.tid, prod(a.shape[:-1]) * per_row, self.p.nthreads) as c:
-                    row = e.div(c, per_row)
-                    cs = self.row_coords(row, a.shape) + [e.mul(e.rem(c, per_row), V)]
+                with self.chunk_loop(a.shape, V) as (row, cs):
                     r = e.load(sv, sc.mtype, row, "f32")
                     xs = self.load_chunk(self.view(a), ta, ta.offset_of(e, cs), V)
                     self.store_chunk([e.fbin("divf", x, r) for x in xs], self.view(out), to, to.offset_of(e, cs))
@@ -369,6 +374,15 @@ class BlockLowering:
             return True
         raise LoweringError(f"[lowering] block-graph operator '{k}' has no GPU lowering")
 
+    @contextmanager
+    def chunk_loop(self, shape, V: int):
+        """Thread t takes the V-element chunks t, t + nthreads, ... of `shape` (along the
+        last dim); yields (flat row, coordinates of the chunk's first element)."""
+        e = self.e
+        per_row = shape[-1] // V
+        with e.for_(self.tid, prod(shape[:-1]) * per_row, self.p.nthreads) as c:
+            row = e.div(c, per_row)
+            yield row, self.row_coords(row, shape) + [e.mul(e.rem(c, per_row), V)]
 
     def elementwise_vec(self, op: Op, fn) -> None:
         """The element loop of `op` over 16-byte chunks: each thread loads a chunk of each
@@ -376,14 +390,10 @@ class BlockLowering:
         `fn(args) -> [value per output]`, and stores each output chunk (one vector store)."""
         e = self.e
         V = self.p.vec_width(op)
-        out = op.outputs[0]
-        shape = out.shape
+        shape = op.outputs[0].shape
         n = shape[-1]
-        per_row = n // V
         self.notes["vector_loops"] = self.notes.get("vector_loops", 0) + 1
-        with e.for_(self.tid, prod(shape[:-1]) * per_row, self.p.nthreads) as c:
-            row = e.div(c, per_row)
-            cs = self.row_coords(row, shape) + [e.mul(e.rem(c, per_row), V)]
+        with self.chunk_loop(shape, V) as (_, cs):
             lanes = []
             for t in op.inputs:
                 r = len(t.shape)
@@ -462,13 +472,8 @@ class BlockLowering:
                 src[d] = j
                 close([e.fbin(combine, args[0], self.read(a, src, a.shape))])
                 e.store(res[0], rv, rm, self.tid, "f32")
-            e.barrier()
-            with e.if_(e.cmp("ult", self.tid, n)):
-                v = e.load(rv, rm, self.tid, "f32")
-                for p in range(1, g):
-                    v = e.fbin(combine, v, e.load(rv, rm, e.add(self.tid, p * n), "f32"))
-                self.write(out, e.delinearize(self.tid, out.shape), v)
-            e.barrier()  # the partials' space is reused by the next reduction
+            self.combine_partials(n, g, lambda i, p: e.add(i, p * n) if p else i, combine,
+                                  lambda i, v: self.write(out, e.delinearize(i, out.shape), v))
             return
 
         def body(cs):

@@ -507,8 +507,9 @@ class KernelPlan:
                 yield prod(x.shape[:-1]), x.shape[-1] // self.chunk(x)
 
     def chunk(self, t: STensor) -> int:
-        """Elements of tile `t` a row reduction reads at once: a 16-byte chunk where its rows
-        are whole chunks (innermost last dim; offsets are 128-byte aligned), else 1."""
+        """Elements of tile `t` an element loop or row reduction moves at once: a 16-byte
+        chunk where its rows are whole chunks (innermost last dim; offsets are 128-byte
+        aligned; a swizzle moves whole chunks), else 1 (also for register tiles)."""
         tl = self.tiles.get(id(t))
         if tl is None or not t.shape or not self.opts.vectorize:
             return 1
@@ -569,27 +570,21 @@ class KernelPlan:
 
     def vec_width(self, op: Op) -> int:
         """Elements a thread handles at once in the element loop of `op` (element-wise or
-        thread graph): a 16-byte chunk where every tile it reads in full and writes keeps
-        whole chunks contiguous (innermost last dim, rows and offset in whole chunks; a
-        swizzle moves whole chunks), else 1. Broadcast operands of last extent 1 are read
-        once a chunk. The consumers' barriers depend on this (`hazard`)."""
+        thread graph): the common `chunk` of every tile it reads in full and writes, else 1.
+        Broadcast operands of last extent 1 are read once a chunk. The consumers' barriers
+        depend on this (`hazard`)."""
         if op.kind not in scalar.BINARY + scalar.UNARY + ("constant", "thread_graph") or not self.opts.vectorize:
             return 1
         out = op.outputs[0]
         if not out.shape:
             return 1
         n = out.shape[-1]
-        full = [out] + [t for t in op.inputs if t.shape and t.shape[-1] == n and n > 1]
-        if any(t.shape and t.shape[-1] not in (1, n) for t in op.inputs) or len(op.outputs) > 1 and any(
+        if any(t.shape and t.shape[-1] not in (1, n) for t in op.inputs) or any(
                 o.shape != out.shape for o in op.outputs):
             return 1
-        tiles = [self.tiles.get(id(t)) for t in full + list(op.outputs[1:])]
-        if any(tl is None for tl in tiles) or len({tl.itemsize for tl in tiles}) != 1:
-            return 1
-        V = 16 // tiles[0].itemsize
-        if n % V or any(not tl.inner_last or tl.ld % V or tl.offset % 16 for tl in tiles):
-            return 1
-        return V
+        full = list(op.outputs) + [t for t in op.inputs if t.shape and t.shape[-1] == n and n > 1]
+        widths = {self.chunk(t) for t in full}
+        return widths.pop() if len(widths) == 1 else 1
 
     def mma_geometry(self, op: Op):
         a, b = op.inputs
