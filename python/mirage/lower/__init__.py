@@ -144,18 +144,17 @@ def compile_variants(graphs, out_dir: str, reference: str, target: str = "sm_90"
     Returns `out_dir`."""
     from ..runtime.select import write_variant_bundle
 
-    with tempfile.TemporaryDirectory(prefix="mirage-variants-") as tmp:
-        parts = []
-        for name, g in graphs:
-            for suffix, opts in (tuning_choices(g, options) if tune else [("", options)]):
-                try:
-                    cg = compile(g, target, os.path.join(tmp, name + suffix), opts)
-                except LoweringError:
-                    if not suffix:
-                        raise
-                    continue  # e.g. the split's co-resident blocks leave too little shared memory
-                parts.append((name + suffix, cg.path))
-        return write_variant_bundle(out_dir, parts, reference)
+    parts = []
+    for name, g in graphs:
+        for suffix, opts in (tuning_choices(g, options) if tune else [("", options)]):
+            try:  # each variant is compiled in place, as a sub-directory of the bundle
+                cg = compile(g, target, os.path.join(out_dir, name + suffix), opts)
+            except LoweringError:
+                if not suffix:
+                    raise
+                continue  # e.g. the split's co-resident blocks leave too little shared memory
+            parts.append((name + suffix, cg.path))
+    return write_variant_bundle(out_dir, parts, reference)
 
 
 def clear_cache() -> None:

@@ -192,10 +192,10 @@ def _matmul(op: Op) -> TBGraph:
         if len(splits) > 3:
             splits = [s for s in splits if s[0] != whole]
     splits = splits[:3]  # (batch dims beyond that stay in the tile: no tensor cores)
-    loop = (None, K // BK) if K // BK > 1 else None
+    steps = K // BK  # the for-loop over K (A's last dim, B's second-to-last)
     lay = _Layout(splits)
     tb = TBGraph(grid_dim=[p for _, p in lay.grid] + [1] * (3 - len(lay.grid)), block_dim=(THREADS, 1, 1),
-                 forloop_range=loop[1] if loop else 1, reduction_dimx=64)
+                 forloop_range=steps, reduction_dimx=64)
 
     def side(is_a):
         def f(d):  # output dim -> operand dim
@@ -206,10 +206,10 @@ def _matmul(op: Op) -> TBGraph:
             return d
         return f
 
-    ta = tb.new_input(a, input_map=lay.imap(side(True))[0], forloop_dim=rank - 1 if loop else -1)
-    tb_ = tb.new_input(b, input_map=lay.imap(side(False))[0], forloop_dim=rank - 2 if loop else -1)
+    ta = tb.new_input(a, input_map=lay.imap(side(True))[0], forloop_dim=rank - 1 if steps > 1 else -1)
+    tb_ = tb.new_input(b, input_map=lay.imap(side(False))[0], forloop_dim=rank - 2 if steps > 1 else -1)
     r = tb.matmul(ta, tb_)
-    if loop:
+    if steps > 1:
         r = tb.forloop_accum(r)
     return _finish(tb, r, lay)
 

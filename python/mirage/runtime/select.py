@@ -54,8 +54,9 @@ def is_variant_bundle(path) -> bool:
 
 
 def write_variant_bundle(dest, variants: list[tuple[str, str]], reference: str) -> str:
-    """Assemble a variant bundle at `dest` from (name, bundle directory) pairs; `reference`
-    names the variant the others are checked against. Returns `dest`."""
+    """Assemble a variant bundle at `dest` from (name, bundle directory) pairs (a bundle
+    already at `dest/<name>` stays where it is); `reference` names the variant the others
+    are checked against. Returns `dest`."""
     import shutil
 
     names = [n for n, _ in variants]
@@ -70,6 +71,8 @@ def write_variant_bundle(dest, variants: list[tuple[str, str]], reference: str) 
         if os.path.basename(name) != name or name.startswith("."):
             raise BundleError(f"{dest}: variant name {name!r} must be a plain directory name")
         to = os.path.join(dest, name)
+        if os.path.abspath(src) == os.path.abspath(to):
+            continue
         if os.path.isdir(to):
             shutil.rmtree(to)
         shutil.copytree(src, to)
