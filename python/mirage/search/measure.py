@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 import tempfile
 
+import numpy as np
+
 from .result import SearchResult
 
 
@@ -40,28 +42,17 @@ def rank_by_time(res: SearchResult, times_us: dict[int, float]) -> SearchResult:
 
 
 def spearman(xs, ys) -> float:
-    """Spearman rank correlation of two equal-length sequences (NaN under two pairs)."""
+    """Spearman rank correlation of two equal-length sequences, NaN pairs dropped (NaN
+    with fewer than two pairs or a constant side)."""
+    from scipy.stats import rankdata
+
     pairs = [(x, y) for x, y in zip(xs, ys) if x == x and y == y]
     if len(pairs) < 2:
         return math.nan
-
-    def ranks(v):
-        order = sorted(range(len(v)), key=v.__getitem__)
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(v):  # ties share their mean rank
-            j = i
-            while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2
-            i = j + 1
-        return r
-    rx, ry = ranks([p[0] for p in pairs]), ranks([p[1] for p in pairs])
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
-    return num / den if den else math.nan
+    rx, ry = (rankdata([p[k] for p in pairs]) for k in (0, 1))
+    if rx.std() == 0 or ry.std() == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
 
 
 def measure_on_gpu(res: SearchResult, target: str = "sm_90", scale: float = 0.25) -> dict[int, float]:
