@@ -10,8 +10,9 @@ import mirage as mi
 from mirage.optimize import SmemCapacityError, optimize, optimize_graph
 from mirage.optimize.layout import ldmatrix_ways, select_layouts
 from mirage.optimize.plan import TileLayout
-from mirage.optimize.schedule import schedule
-from mirage.optimize.smem import plan_smem
+from mirage.optimize.plan import tile_names
+from mirage.optimize.schedule import REGION_RANK, regions, schedule
+from mirage.optimize.smem import live_ranges, plan_smem
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 from benchmarks import BENCHMARKS  # noqa: E402
@@ -128,6 +129,46 @@ def test_schedule_regions_and_benchmarks():
             prod = {id(t): j for j, o in enumerate(op.body.ops) for t in o.outputs}
             for j, o in enumerate(op.body.ops):
                 assert all(pos[prod[id(t)]] < pos[j] for t in o.inputs if id(t) in prod)
+
+
+def test_loop_invariant_ops_are_hoisted_before_the_loop():
+    # QKNorm's block graph: the Q tile has no for-loop dim, so its rms_norm and scaling run
+    # once before the loop ("pre"); the K normalization reads the loop-varying K tile
+    tb = [op for op in BENCHMARKS["qknorm_attention"].fused(1).ops if op.kind == "graph_def"][0].body
+    reg = regions(tb)
+    kinds = {(op.kind, r) for op, r in zip(tb.ops, reg)}
+    assert ("rms_norm", "pre") in kinds and ("matmul", "loop") in kinds
+    assert all(r != "pre" for op, r in zip(tb.ops, reg) if op.kind in ("forloop_accum", "square", "exp"))
+    s = schedule(tb)
+    assert [st.region for st in s.stages][0] == "pre"
+    ranks = [REGION_RANK[reg[j]] for j in s.order]
+    assert ranks == sorted(ranks)
+    # the hoisted result is read by every iteration: live across the whole loop
+    names = tile_names(tb)
+    bufs = live_ranges(tb, s.order)
+    loop_end = max(p + 1 for p, j in enumerate(s.order) if reg[j] == "loop")
+    read_in_loop = {id(t) for j, op in enumerate(tb.ops) if reg[j] == "loop" for t in op.inputs}
+    hoisted = [op.outputs[0] for j, op in enumerate(tb.ops) if reg[j] == "pre" and id(op.outputs[0]) in read_in_loop]
+    assert hoisted
+    assert all(bufs[names[id(t)]].end >= loop_end for t in hoisted)
+
+
+def test_invariant_op_read_after_the_loop_stays_in_the_loop():
+    # a split loop's combine kernel runs only the post region: an invariant op that a post
+    # op reads must not be hoisted (it would not exist there)
+    g = mi.new_kernel_graph()
+    X, W = g.new_input((16, 256)), g.new_input((16, 64))
+    tb = mi.new_threadblock_graph((1, 1, 1), (128, 1, 1), 4)
+    tx = tb.new_input(X, (-1, -1, -1), 1)
+    tw = tb.new_input(W, (-1, -1, -1), -1)
+    e = tb.exp(tw)                       # invariant, read after the loop
+    s2 = tb.sqrt(tw)                     # invariant, read in the loop
+    acc = tb.forloop_accum(tb.add(tx, s2))
+    tb.new_output(tb.add(acc, e), (-1, -1, -1))
+    g.customized([X, W], tb)
+    reg = dict(zip([id(op) for op in tb.ops], regions(tb)))
+    by_kind = {op.kind: reg[id(op)] for op in tb.ops if op.kind in ("exp", "sqrt")}
+    assert by_kind == {"exp": "loop", "sqrt": "pre"}
 
 
 # ------------------------------------------------------------------------------- smem

@@ -1071,11 +1071,20 @@ class BlockLowering:
         e = self.e
         tb = self.tb
         order = self.p.exec_order()
+        pre = [j for j in order if self.p.region[j] == "pre"]
         loop = [j for j in order if self.p.region[j] == "loop"]
         post = [j for j in order if self.p.region[j] == "post"]
         self._reset()
         R, it0, reg_ops, reg_inits = self.loop_setup(accs, inv, split, wait_invariant=False)
         S = self.p.S
+        if pre:  # hoisted ops: the invariant copies (the oldest group) land, then they run once
+            if any(self.p.async_in[k] for k in inv):
+                e.line(f"nvvm.cp.async.wait.group {S - 1 if S > 1 else 0}")
+            e.barrier()
+            self._reset()
+            for j in pre:
+                self.run_op(j)
+            # the loop starts with a barrier (ring wait, or R > 1 / S == 1): the results are visible
         it, args, res, close = e.for_iter(0, R, 1, reg_inits or [(e.f32(0.0), "f32")])
         self.frag_args = args
         self.new_frags = list(args) if reg_inits else []

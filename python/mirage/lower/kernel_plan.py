@@ -438,12 +438,13 @@ class KernelPlan:
 
     def exec_order(self) -> list[int]:
         """Indices of tb.ops in the order this kernel runs them: the schedule's depth
-        order, or (schedule off) the loop ops, then the accumulators, then the post ops."""
+        order, or (schedule off) the hoisted ops, the loop ops, then the accumulators, then the post ops."""
         if self.opts.schedule:
             return list(self.sched_plan.order)
         ops = self.tb.ops
         loop = [j for j in range(len(ops)) if self.region[j] == "loop"]
-        return ([j for j in loop if ops[j].kind != "forloop_accum"] + [j for j in loop if ops[j].kind == "forloop_accum"]
+        return ([j for j in range(len(ops)) if self.region[j] == "pre"]
+                + [j for j in loop if ops[j].kind != "forloop_accum"] + [j for j in loop if ops[j].kind == "forloop_accum"]
                 + [j for j in range(len(ops)) if self.region[j] == "post"])
 
     def _place(self, varying, S: int, final: bool = False) -> int:

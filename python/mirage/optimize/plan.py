@@ -81,7 +81,7 @@ class LayoutPlan:
 
 @dataclass
 class Stage:
-    region: str             # "loop" (every iteration) or "post" (once after the loop)
+    region: str             # "pre" (once before the loop), "loop" (every iteration) or "post" (once after it)
     ops: list[int]          # indices into tb.ops, in execution order
     barrier_before: bool    # a block-level barrier (bar.sync) precedes the stage
 

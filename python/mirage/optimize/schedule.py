@@ -1,8 +1,10 @@
 """Operator scheduling by depth (paper §6): block-level barriers only where needed.
 
-A block graph runs as a loop region (every for-loop iteration: iterator copies, the
-ops upstream of the accumulators, the accumulators) and a post region (once after the
-loop: ops downstream of an accumulator, then the output savers). A barrier is needed
+A block graph runs as a pre region (once before the loop: ops that read only
+loop-invariant tiles, i.e. loop-invariant code motion), a loop region (every for-loop
+iteration: iterator copies, the ops upstream of the accumulators, the accumulators) and
+a post region (once after the loop: ops downstream of an accumulator, then the output
+savers). A barrier is needed
 before an op that reads a tile another thread wrote since the last barrier. An edge
 u -> v needs one unless both are element-wise over the same shape and layout (then the
 thread that wrote an element is the one that reads it: thread-graph fusion); iterator
@@ -32,14 +34,34 @@ def _elementwise(op) -> bool:
     return op.kind in _LOCAL
 
 
+REGION_RANK = {"pre": 0, "loop": 1, "post": 2}
+
+
 def regions(tb: TBGraph) -> list[str]:
-    """'loop' or 'post' for each op of `tb`."""
+    """'pre', 'loop' or 'post' for each op of `tb`. An op is 'pre' when it reads only
+    loop-invariant tiles (iterator tiles without a for-loop dim, constants, other 'pre'
+    results) and no 'post' op reads it (a split loop's combine kernel runs only the post
+    region, so what it reads must come from the accumulators or the inputs)."""
     counts = tb.accum_counts(varying_only=False)
+    invariant = {id(r.stensor) for r in tb.inputs if r.forloop_dim == -1}
     out = []
     for op in tb.ops:
         c = counts.get(id(op.outputs[0]))
-        post = c is not None and c[1] >= 1 and op.kind != "forloop_accum"
-        out.append("post" if post else "loop")
+        if c is not None and c[1] >= 1 and op.kind != "forloop_accum":
+            out.append("post")
+        elif op.kind != "forloop_accum" and all(id(t) in invariant for t in op.inputs):
+            out.append("pre")
+            invariant.update(id(t) for t in op.outputs)
+        else:
+            out.append("loop")
+    readers: dict[int, list[int]] = {}
+    for j, op in enumerate(tb.ops):
+        for t in op.inputs:
+            readers.setdefault(id(t), []).append(j)
+    for j in reversed(range(len(tb.ops))):  # consumers come later: one backward sweep
+        if out[j] == "pre" and any(out[r] != "pre" and out[r] != "loop"
+                                   for t in tb.ops[j].outputs for r in readers.get(id(t), [])):
+            out[j] = "loop"
     return out
 
 
@@ -87,11 +109,13 @@ class _Deps:
         and the ops preceded by one."""
         tb = self.tb
         dirty = {id(r.stensor) for r in tb.inputs}  # copies issued at the region start
-        count, before, region = 0, set(), "loop"
+        count, before, region = 0, set(), "pre"
         for j in order:
             op = tb.ops[j]
             if self.region[j] != region:
-                region = self.region[j]  # loop finished: accumulators are written
+                if region == "pre":  # the loop's iterator copies are issued at its start
+                    dirty.update(id(r.stensor) for r in tb.inputs if r.forloop_dim != -1)
+                region = self.region[j]  # (loop finished: accumulators are written)
             if any(id(t) in dirty and self.needs_sync(t, j) for t in op.inputs):
                 count += 1
                 before.add(j)
@@ -108,8 +132,7 @@ class _Deps:
 
 def program_order(tb: TBGraph) -> list[int]:
     reg = regions(tb)
-    return [j for j in range(len(tb.ops)) if reg[j] == "loop"] + \
-           [j for j in range(len(tb.ops)) if reg[j] == "post"]
+    return sorted(range(len(tb.ops)), key=lambda j: (REGION_RANK[reg[j]], j))
 
 
 def schedule(tb: TBGraph, enabled: bool = True,
@@ -120,7 +143,7 @@ def schedule(tb: TBGraph, enabled: bool = True,
     base_count, base_before = deps.simulate(base)
     if enabled:
         depth = deps.depths()
-        order = sorted(base, key=lambda j: (deps.region[j] == "post", depth[j], j))
+        order = sorted(base, key=lambda j: (REGION_RANK[deps.region[j]], depth[j], j))
     else:
         order = base
     count, before = deps.simulate(order)

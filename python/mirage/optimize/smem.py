@@ -8,7 +8,8 @@ the order runs at step p + 1, the output savers at the last step. Live ranges:
 - an accumulator lives across the whole loop (initialized before it, updated by every
   iteration) and on to its last reader after the loop;
 - a tile read inside the loop but not rewritten by every iteration (a loop-invariant
-  iterator tile) lives across the whole loop;
+  iterator tile, or the result of an op hoisted before the loop) lives across the
+  whole loop;
 - a loop-varying iterator tile, when the loop runs more than once and double
   buffering is on, takes two copies and lives across the whole loop (the next
   iteration's copy is in flight while this one computes).
@@ -72,6 +73,8 @@ def live_ranges(tb: TBGraph, order: list[int], double_buffer: bool = True,
             start, end = step[j], max(last.get(id(t), step[j]), step[j])
             if op.kind == "forloop_accum":
                 start, end = 0, max(end, loop_end)
+            elif reg[j] == "pre" and id(t) in read_in_loop:  # computed once, read by every iteration
+                end = max(end, loop_end)
             out[n] = SmemBuffer(n, 0, _align(_nbytes(t)), start, end)
     return out
 
