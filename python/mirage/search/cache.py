@@ -9,7 +9,11 @@ Nothing is returned unchecked: reading back goes through `mirage.core.mlir_impor
 builder's checks again), then every cached program must have the reference's signature
 and pass the verifier against it (finite-field trials). A file that does not parse, or
 an entry that fails a check (edited, another program's, written by another version), is
-reported with a warning, deleted, and the search runs again."""
+reported with a warning, deleted, and the search runs again.
+
+Checkpoint files (`store_checkpoint` / `load_checkpoint`, Mirage's `previous_checkpoint`)
+hold the same ranked results for one program as JSON (`mirage.core.serialize`), at a path
+the caller names; they are checked the same way, and an existing file is never replaced."""
 from __future__ import annotations
 
 import hashlib
@@ -26,7 +30,8 @@ FORMAT = "mirage-superoptimize-cache 2"
 def cache_key(ref, cfg) -> str:
     from .. import __version__
 
-    relevant = {k: v for k, v in asdict(cfg).items() if k not in ("time_limit", "workers", "top_k")}
+    relevant = {k: v for k, v in asdict(cfg).items()
+                if k not in ("time_limit", "workers", "top_k", "warmup_iters", "profile_iters")}  # not what is found
     old = ref.name
     ref.name = "program"  # the key does not depend on the function's name
     try:
@@ -106,6 +111,57 @@ def load(cache_dir: str, ref, cfg):
             os.remove(p)
         except OSError:
             pass
+        return None
+    for g in graphs:
+        g.name = ref.name
+    return graphs
+
+
+# -- checkpoint files (Mirage's `previous_checkpoint`) -------------------------------------
+
+CHECKPOINT_FORMAT = "mirage-checkpoint"
+
+
+def store_checkpoint(path: str, ref, graphs) -> str:
+    """Write the ranked `graphs` found for `ref` to the JSON file `path` (best first; each
+    in the format of `mirage.core.serialize`), atomically."""
+    import json
+
+    from ..core.serialize import owner_independent_hash, to_data
+
+    data = {"format": CHECKPOINT_FORMAT, "version": 1, "reference": f"{owner_independent_hash(ref):016x}",
+            "graphs": [to_data(g) for g in graphs]}
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(path: str, ref):
+    """The graphs of checkpoint file `path` if they are results for `ref` (same signature,
+    each passes the verifier against it), else None with a warning saying why; the file
+    is left as it is either way (it may be Mirage's own, which this does not read)."""
+    import json
+
+    from ..core.serialize import from_data
+
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
+            why = "not a checkpoint written by this implementation (Mirage's own checkpoint files are not read)"
+        else:
+            graphs = [from_data(d) for d in data.get("graphs", [])]
+            why = check_entry(ref, graphs)
+    except Exception as e:  # unreadable or malformed: search instead
+        why = f"unreadable ({type(e).__name__}: {e})"
+    if why is not None:
+        warnings.warn(f"previous_checkpoint {path} not used: {why}; searching (the file is left as it is)",
+                      stacklevel=3)
         return None
     for g in graphs:
         g.name = ref.name

@@ -53,6 +53,10 @@ class SearchConfig:
     top_k: int = 3  # candidates formally verified and kept (best first)
     verify: bool = True
     partition: str = "auto"  # Lax partitioning: auto | strict | off (search/partition.py)
+    # timing on the GPU (search/measure.py), as Mirage's superoptimize arguments: runs of each
+    # candidate before timing, and timed runs
+    warmup_iters: int = 16
+    profile_iters: int = 1000
     prologues: bool = False  # search per-input norms as inputs, fold them back (search/prologue.py)
     # explicit schedule lists (Mirage API); None: derived from dimension classes
     griddims: tuple | None = None
@@ -107,7 +111,7 @@ def make_config(config=None, **overrides) -> SearchConfig:
     elif config in PRESETS:
         base = SearchConfig(**PRESETS[config])
     else:
-        raise ValueError(f"unknown search preset '{config}' (presets: {', '.join(PRESETS)})")
+        raise ValueError(f"unknown search preset {config!r} (presets: auto, generic, {', '.join(PRESETS)})")
     return base.with_(**overrides)
 
 

@@ -112,13 +112,17 @@ def work_items(gen: Generator) -> list:
 # -- driver --------------------------------------------------------------------------------
 
 def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Target = DEFAULT,
-                  cache_dir: str | None = None, measure=None, **overrides) -> SearchResult:
+                  cache_dir: str | None = None, measure=None, checkpoint: str | None = None,
+                  **overrides) -> SearchResult:
     """Search μGraphs equivalent to `ref`; returns the ranked, verified candidates.
 
     `measure`: rank the verified candidates by their time on the GPU (`search.measure`):
     None (default) where this machine has one, True to require it, False for the cost
-    model only, or a function `res -> {candidate index: µs}`."""
-    from .cache import load as cache_load, store as cache_store
+    model only, or a function `res -> {candidate index: µs}`.
+    `checkpoint`: a JSON file of results (Mirage's `previous_checkpoint`): used instead of
+    searching when it holds verified results for `ref`, written after the search when it
+    does not exist; `cache_dir` is not used then."""
+    from .cache import load as cache_load, load_checkpoint, store as cache_store, store_checkpoint
 
     preset = config
     if config == "auto":
@@ -130,12 +134,16 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
     cfg = make_config(config, **overrides)
     t0 = time.monotonic()
     ref_cost = cost(ref, device)
-    if cache_dir:
-        hit = cache_load(cache_dir, ref, cfg)
-        if hit is not None:
-            cands = [Candidate(g, cost(g, device), B.graph_key(g)) for g in hit]
-            res = SearchResult(ref, cands, Stats(), time.monotonic() - t0, cfg, ref_cost, from_cache=True)
-            return _measured(res, measure)
+    if checkpoint is not None:
+        cache_dir = None
+        new_checkpoint = not os.path.exists(checkpoint)  # an existing file is never overwritten
+        hit = None if new_checkpoint else load_checkpoint(checkpoint, ref)
+    else:
+        hit = cache_load(cache_dir, ref, cfg) if cache_dir else None
+    if hit is not None:  # earlier results, checked against `ref` by the loader
+        cands = [Candidate(g, cost(g, device), B.graph_key(g)) for g in hit]
+        res = SearchResult(ref, cands, Stats(), time.monotonic() - t0, cfg, ref_cost, from_cache=True)
+        return _measured(res, measure)
     if needs_partition(ref, cfg.partition):
         res = partitioned_search(ref, cfg, verbose, device, preset, _search)
     else:
@@ -144,6 +152,8 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
     res.reference_cost = ref_cost
     if cache_dir and not res.stats.stopped:
         cache_store(cache_dir, ref, cfg, [c.graph for c in res.candidates[:cfg.top_k]])
+    if checkpoint is not None and new_checkpoint and not res.stats.stopped:
+        store_checkpoint(checkpoint, ref, [c.graph for c in res.candidates[:cfg.top_k]])
     res = _measured(res, measure)
     if verbose:
         print(res.report(), file=sys.stderr)

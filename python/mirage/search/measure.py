@@ -7,11 +7,18 @@ compiles its verified top candidates and the reference program into one variant 
 (`mirage.runtime.select`) check each against the reference on random inputs and time
 it; the candidates are then reordered by measured time. The runtime keeps the choice
 in the user cache directory per device, so a repeated search does not time again.
+
+How long each candidate runs comes from the search configuration: `warmup_iters` runs of
+each variant before timing, `profile_iters` timed runs (Mirage's `superoptimize`
+arguments of those names); the device is `mi.set_gpu_device_id`'s. A candidate that does
+not lower is left out of the timing (a warning, silent after `mi.bypass_compile_errors()`).
 """
 from __future__ import annotations
 
 import math
+import os
 import tempfile
+import warnings
 
 import numpy as np
 
@@ -55,26 +62,77 @@ def spearman(xs, ys) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
+def timing_plan(profile_iters: int, inner: int = 10) -> tuple[int, int]:
+    """(reps, inner) for the runtime's timing (`mirage.runtime.select.Selecting`: `reps`
+    timed replays of a CUDA graph of `inner` runs) that times at least `profile_iters` runs."""
+    inner = max(1, min(inner, int(profile_iters)))
+    return max(1, -(-int(profile_iters) // inner)), inner
+
+
+def variant_bundle(graphs, out_dir: str, reference: str, target: str = "sm_90") -> tuple[str, dict]:
+    """Compile `graphs` ([(name, KNGraph)]) into one variant bundle at `out_dir`, leaving
+    out a candidate that does not lower (the reference must). Returns (path, {name: why
+    left out})."""
+    from .. import lower
+    from ..runtime.select import write_variant_bundle
+
+    parts, dropped = [], {}
+    for name, g in graphs:
+        try:
+            cg = lower.compile(g, target, os.path.join(out_dir, name))
+        except lower.LoweringError as e:
+            if name == reference:
+                raise
+            dropped[name] = str(e)
+            continue
+        parts.append((name, cg.path))
+    return write_variant_bundle(out_dir, parts, reference), dropped
+
+
+def report_dropped(res: SearchResult, dropped: dict) -> None:
+    """Note the candidates left out of the timing in `res.notes`, and warn about them
+    unless `mi.bypass_compile_errors()` was called."""
+    from ..global_config import global_config
+
+    if not dropped:
+        return
+    msg = "left out of GPU timing, they do not lower: " + "; ".join(f"{n}: {w}" for n, w in dropped.items())
+    res.notes.append(msg)
+    if not global_config.bypass_compile_errors:
+        warnings.warn(f"superoptimize: {msg} (mi.bypass_compile_errors() silences this)", stacklevel=3)
+
+
 def measure_on_gpu(res: SearchResult, target: str = "sm_90", scale: float = 0.25) -> dict[int, float]:
     """Compile every candidate of `res` (the reference among them) into one variant bundle
-    and let the runtime check and time them on this machine's GPU, on random inputs of
-    standard deviation `scale`. Returns {candidate index: µs} for those that passed."""
+    and let the runtime check and time them on the GPU chosen by `mi.set_gpu_device_id`, on
+    random inputs of standard deviation `scale`. Returns {candidate index: µs} for those
+    that passed."""
     import torch
 
-    from ..lower import compile_variants
+    from ..global_config import global_config
     from ..runtime import load
 
+    cfg = res.config
+    dev = global_config.gpu_device_id
+    if dev >= torch.cuda.device_count():
+        raise RuntimeError(f"mi.set_gpu_device_id({dev}): this machine has {torch.cuda.device_count()} CUDA device(s)")
     graphs = [(f"c{i}", c.graph) for i, c in enumerate(res.candidates)]
     ref = next((f"c{i}" for i, c in enumerate(res.candidates) if c.key == "reference"), None)
     if ref is None:  # the reference is always kept as a safe variant to check against
         graphs.append(("reference", res.reference))
         ref = "reference"
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
-    with tempfile.TemporaryDirectory(prefix="mirage-measure-") as tmp:
-        k = load(compile_variants(graphs, tmp, ref, target))
-        xs = [(torch.randn(t.shape, device="cuda") * scale).to(tdt[t.dtype.mlir]) for t in res.reference.inputs]
+    reps, inner = timing_plan(cfg.profile_iters)
+    with tempfile.TemporaryDirectory(prefix="mirage-measure-") as tmp:  # private and removed after use
+        path, dropped = variant_bundle(graphs, tmp, ref, target)
+        report_dropped(res, dropped)
+        k = load(path, reps=reps, inner=inner)
+        xs = [(torch.randn(t.shape, device=f"cuda:{dev}") * scale).to(tdt[t.dtype.mlir]) for t in res.reference.inputs]
+        for variant in k.kernels:  # warm-up runs of each variant (modules loaded, clocks up)
+            for _ in range(cfg.warmup_iters):
+                variant(*xs)
         k(*xs)
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(dev)
         times = k.report.get("times_us", {})
     return {int(n[1:]): t for n, t in times.items() if n != "reference"}
 
