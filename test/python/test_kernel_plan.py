@@ -41,6 +41,32 @@ def test_ring_depth_follows_the_options():
     assert not plan_of(g, Options(tensor_cores=False)).mma_ops
 
 
+def test_ring_depth_costs_no_extra_wave():
+    # QKNorm flash decoding with 128-row query tiles at batch 8: 16 x 8 x 2 = 256 blocks on
+    # 132 SMs. Four stages leave room for one block an SM (two waves), three for two (one
+    # wave): the plan takes three. With 64 blocks (4 heads), four stages cost no wave and stay.
+    def flash(grid, loop):
+        h = grid[0]
+        g = mi.new_kernel_graph()
+        Q, K, V = g.new_input((h, 256, 64)), g.new_input((h, 64, 4096)), g.new_input((h, 4096, 64))
+        tb = mi.new_threadblock_graph(grid, (128, 1, 1), loop)
+        q = tb.new_input(Q, (0, -1, 1), -1)
+        k = tb.new_input(K, (0, 2, -1), 2)
+        v = tb.new_input(V, (0, 1, -1), 1)
+        q = tb.mul(tb.rms_norm(q), tb.constant(0.125, (1, 1, 1)))
+        k = tb.div(k, tb.sqrt(tb.div(tb.reduction(tb.square(k), 1), tb.constant(64.0, (1, 1, 1)))))
+        e = tb.exp(tb.matmul(q, k))
+        tb.new_output(tb.forloop_accum(tb.matmul(e, v)), (0, 2, 1))
+        tb.new_output(tb.forloop_accum(e, "sum"), (0, 2, 1))
+        g.customized([Q, K, V], tb)
+        return g
+
+    p = plan_of(flash((16, 8, 2), 8))
+    assert p.S == 3
+    assert 2 * (p.smem + 1024) <= Options().smem_per_sm < 2 * (p._place(p.varying_async, 4) + 1024)
+    assert plan_of(flash((4, 8, 2), 8)).S == 4
+
+
 def test_split_for_small_grids():
     tb = BENCHMARKS["rmsnorm_linear"].fused(1).ops[0].body
     assert choose_split(tb, Options()) == 4          # 96 blocks < 3/4 of 132 SMs: split the loop

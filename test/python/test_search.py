@@ -336,3 +336,46 @@ def test_cache_entries_are_checked_before_use(tmp_path):
         assert again.to_mlir() == first.to_mlir()
         check_all(again.search)
     assert ref.superoptimize(**kw).search.from_cache  # rewritten by the last search
+
+
+def test_kept_candidates_differ_in_their_main_kernel():
+    # two candidates with the same costliest kernel (grid, loop, block) and one with another:
+    # the second schedule is verified (and so timed on a GPU) before the repeat
+    from benchmarks import BENCHMARKS
+    from mirage.search.result import Candidate, diverse, main_schedule
+
+    def cand(g, key):
+        return Candidate(g, cost(g), key)
+
+    a, b = cand(BENCHMARKS["gqa"].fused(1), "a"), cand(BENCHMARKS["gqa"].fused(1), "b")
+    c = cand(BENCHMARKS["rmsnorm_linear"].fused(1), "c")
+    ref = cand(BENCHMARKS["gqa"].reference(1), "reference")
+    assert main_schedule(a) == main_schedule(b) != main_schedule(c)
+    assert main_schedule(a)[0] == tuple(BENCHMARKS["gqa"].fused(1).ops[0].body.grid_dim)  # the loop kernel
+    assert main_schedule(ref) is None
+    assert [x.key for x in diverse([a, b, c, ref])] == ["a", "c", "reference", "b"]
+
+
+def test_grid_tile_sizes_apply_to_grid_split_classes_only():
+    # attention's classes: b (batch x heads), r (query rows), d (head dim, reduced), k (keys,
+    # reduced, the for-loop); 128-row query tiles come from grid_tile_sizes, 128-key tiles
+    # per iteration do not
+    from mirage.search.config import make_config, schedules
+
+    shapes = [(16, 256, 64), (16, 64, 4096), (16, 4096, 64)]
+    classes = [("b", "r", "d"), ("b", "d", "k"), ("b", "k", "d")]
+    cfg = make_config("attention")
+    assert 128 in cfg.grid_tile_sizes and 128 not in cfg.tile_sizes
+
+    def tiles(cfg):
+        out = set()
+        for s in schedules(shapes, classes, {"d", "k"}, cfg):
+            split = dict(zip(s.grid_classes, [g for g in s.grid if g > 1]))
+            rows = 256 // split.get("r", 1)
+            keys = 4096 // split.get("k", 1) // (s.forloop if s.loop_class == "k" else 1)
+            out.add((rows, keys))
+        return out
+
+    with_128, without = tiles(cfg), tiles(cfg.with_(grid_tile_sizes=()))
+    assert {r for r, _ in with_128} - {r for r, _ in without} == {128}
+    assert {k for _, k in with_128} == {k for _, k in without}

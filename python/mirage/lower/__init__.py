@@ -11,7 +11,6 @@ MLIR is imported only inside these functions: `import mirage.lower` stays light.
 from __future__ import annotations
 
 import os
-import tempfile
 
 from .kernel_plan import LoweringError, Options
 from .convert import Lowered, convert

@@ -163,11 +163,15 @@ class GlobalArg:
         return f"memref<{self.span}x{self.elt}>"
 
 
+MAX_THREADS_PER_SM = 2048  # sm_80 .. sm_90
+SMEM_RESERVED_PER_BLOCK = 1024  # the driver's shared memory per block
+
+
 @dataclass
 class Options:
     tensor_cores: bool = True
     async_copy: bool = True
-    stages: int = 4  # ring depth for loop-varying inputs (>= 2: prefetch)
+    stages: int = 4  # deepest ring for loop-varying inputs (>= 2: prefetch); the plan may take less
     smem_capacity: int = DEFAULT_TARGET.smem_per_block
     split: int = 0  # blocks sharing one for-loop (split-K); 0 = choose (see choose_split)
     sms: int = DEFAULT_TARGET.sms  # multiprocessors of the target
@@ -412,18 +416,21 @@ class KernelPlan:
         red = [self.nthreads // 32 for dims in self._rowwise_dims() if self._row_split(*dims) > 1]
         red += [n * self._col_split(n, L) for n, L in self._colwise_dims() if self._col_split(n, L) > 1]
         self.red = Tile((max(red),), "f32", 4) if red else None
-        cap = self.opts.smem_capacity
         R = self.R // (self.split if self.mode == "partial" else 1)
-        if self.mode == "partial":  # leave room for the co-resident blocks of the split
-            per_sm = -(-prod(tb.grid_dim) * self.split // self.opts.sms)
-            cap = min(cap, self.opts.smem_per_sm // per_sm - 1024)
         S = 1
         if varying and R > 1 and self.opts.stages > 1:
-            S = min(self.opts.stages, R)
-            while S > 2 and self._place(varying, S) > cap:
-                S -= 1
-            if self._place(varying, S) > self.opts.smem_capacity:
-                S = 1
+            # the deepest ring (up to opts.stages) that costs no extra wave of blocks: a
+            # deeper ring hides more latency, but fewer co-resident blocks hide less
+            blocks = prod(tb.grid_dim) * (self.split if self.mode == "partial" else 1)
+
+            def waves(s: int) -> int:
+                per_sm = min(MAX_THREADS_PER_SM // self.nthreads,
+                             self.opts.smem_per_sm // (self._place(varying, s) + SMEM_RESERVED_PER_BLOCK))
+                return -(-blocks // (self.opts.sms * max(per_sm, 1)))
+
+            fits = [s for s in range(2, min(self.opts.stages, R) + 1)
+                    if self._place(varying, s) <= self.opts.smem_capacity]
+            S = min(fits, key=lambda s: (waves(s), -s)) if fits else 1
         self.S = S
         self.varying_async = varying
         self.notes["stages"] = S

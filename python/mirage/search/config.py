@@ -29,6 +29,9 @@ class SearchConfig:
     max_block_outputs: int = 2
     max_grid_dims: int = 3
     tile_sizes: tuple = (1, 16, 32, 64, 128)  # candidate per-block/per-iteration tile extents
+    # further per-block extents for classes that are not reduced (split over the grid only,
+    # e.g. query rows): cheap to add, since they multiply no for-loop choices
+    grid_tile_sizes: tuple = ()
     max_blocks: int = 2 * _T.sms
     sms: int = _T.sms
     reduction_dimx: int = 64
@@ -79,7 +82,7 @@ PRESETS = {
     # grid over batch / query rows / a split of the KV sequence, loop over KV chunks; the
     # head dims (reduced classes < 128) stay whole
     "attention": dict(max_grid_dims=3, grid_reduced=True, max_kernel_ops=2, max_graph_defs=2,
-                      tile_sizes=(1, 16, 64), max_block_outputs=2, predefined_ops=False,
+                      tile_sizes=(1, 16, 64), grid_tile_sizes=(128,), max_block_outputs=2, predefined_ops=False,
                       min_split_reduced=128, min_split_extent=128, min_loop_tile=16, prologues=True),
     # programs without matmul (element-wise chains, norms, softmax): one kernel, whole rows
     # a block, no for-loop; `max_block_ops` adapts to the program ("auto")
@@ -217,8 +220,8 @@ class Schedule:
         return f"grid {list(self.grid)} forloop {self.forloop} maps {list(self.maps)}"
 
 
-def _tile_ok(tile: int, extent: int, cfg: SearchConfig) -> bool:
-    return tile == extent or tile in cfg.tile_sizes
+def _tile_ok(tile: int, extent: int, cfg: SearchConfig, reduced: bool = True) -> bool:
+    return tile == extent or tile in cfg.tile_sizes or (not reduced and tile in cfg.grid_tile_sizes)
 
 
 def schedules(shapes: Sequence[tuple], classes: Sequence[tuple], reduced: set, cfg: SearchConfig,
@@ -267,7 +270,7 @@ def schedules(shapes: Sequence[tuple], classes: Sequence[tuple], reduced: set, c
             ok = True
             for c in cls:
                 t = extent[c] // gs[c] // (lr if c == lc else 1)
-                if not _tile_ok(t, extent[c], cfg):
+                if not _tile_ok(t, extent[c], cfg, c in reduced):
                     ok = False
                     break
             if not ok:

@@ -11,7 +11,7 @@ SMs (shared memory, compute); device memory saturates once about half the SMs st
   that the loop slices; once otherwise) and stores its output tiles; pre-defined
   kernels read their inputs and write their output once;
 - shared-memory traffic: every block op reads its operands and writes its result (per
-  iteration before the accumulators, once after); ops fused into a thread graph keep
+  iteration in the loop; once for ops hoisted before it or run after it); ops fused into a thread graph keep
   their intermediates in registers, so only the group's operands and result count;
 - FLOPs from the op table (matmuls on tensor cores, the rest on the SIMT units).
 The device is a `mirage.target.Target` (H100 SXM by default).
@@ -23,6 +23,7 @@ from math import ceil, prod
 
 from ..core import ops as O
 from ..core.graph import KNGraph, TBGraph
+from ..optimize.schedule import regions
 from ..target import DEFAULT, Target
 
 
@@ -94,12 +95,10 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
         smem += per * n * blocks
     for o in tb.outputs:
         dram += _bytes(o.stensor) * (iters if o.forloop_dim != -1 else 1) * blocks
-    post = tb.accum_counts(varying_only=False)
     tc, simt = 0.0, 0.0
-    for bop in tb.ops:
+    for bop, region in zip(tb.ops, regions(tb)):
         out = bop.outputs[0]
-        after = (post.get(id(out)) or (0, 0))[1] >= 1 and bop.kind != "forloop_accum"
-        n = 1 if after else iters
+        n = iters if region == "loop" else 1  # hoisted before the loop, or once after it
         traffic = sum(_bytes(t) for t in bop.inputs) + sum(_bytes(t) for t in bop.outputs)
         smem += traffic * n * blocks
         if bop.kind == "thread_graph":

@@ -25,7 +25,7 @@ from .cost import cost
 from .generator import Generator, Stats, Stop
 from . import measure as M
 from .partition import needs_partition, partitioned_search
-from .result import Candidate, SearchResult, order as _order
+from .result import Candidate, SearchResult, diverse, order as _order
 
 
 # -- worker side -------------------------------------------------------------------------
@@ -232,8 +232,9 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
 
 
 def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None) -> SearchResult:
-    """Dedupe by canonical graph key, sort by cost, then run the formal verifier on the
-    best distinct candidates in order until `top_k` have passed (in parallel on `pool`)."""
+    """Dedupe by canonical graph key, sort by cost (each main-kernel schedule's best
+    first: `diverse`), then run the formal verifier on the candidates in that order until
+    `top_k` have passed (in parallel on `pool`)."""
     ranked = []
     seen_graphs = set()
     order = sorted(found.items(), key=lambda kv: (kv[1][1], kv[0]))
@@ -244,7 +245,7 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None) -> SearchRes
             continue
         seen_graphs.add(gk)
         ranked.append(Candidate(g, cost(g, device), key, plan))
-    ranked.sort(key=_order)
+    ranked = diverse(sorted(ranked, key=_order))
     cands = []
     others = []
     if cfg.verify:
@@ -272,7 +273,7 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None) -> SearchRes
                 else:
                     stats.rejected += 1
                     stats.formal_rejected += 1
-        others = ranked[pos:]
+        others = sorted(ranked[pos:], key=_order)
         cands = cands[:cfg.top_k]
     else:
         cands = ranked

@@ -68,3 +68,27 @@ def order(c: Candidate):
     ks = c.cost.kernels
     return (round(c.cost.time, 12), sum(k.dram_bytes for k in ks), sum(k.smem_bytes for k in ks),
             sum(k.flops for k in ks), c.key)
+
+
+def main_schedule(c: Candidate):
+    """Grid, for-loop range and block of the candidate's costliest graph-defined kernel
+    (None for a program of pre-defined kernels only)."""
+    gds = [op for op in c.graph.ops if op.kind == "graph_def"]
+    costs = [k for k in c.cost.kernels if k.kind == "graph_def"]  # in op order
+    if not gds or len(costs) != len(gds):
+        return None
+    body = max(zip(costs, gds), key=lambda kg: kg[0].time)[1].body
+    return tuple(body.grid_dim), body.forloop_range, tuple(body.block_dim)
+
+
+def diverse(ranked: list) -> list:
+    """`ranked` with the best candidate of each main-kernel schedule first (in rank order),
+    then the rest (in rank order). The top-k kept are what the GPU times when it picks by
+    measurement, so they should differ in the kernel that dominates the time rather than
+    only in a small combine kernel; the cost model's best stays first."""
+    seen, first, rest = set(), [], []
+    for c in ranked:
+        sched = main_schedule(c)
+        (rest if sched in seen else first).append(c)
+        seen.add(sched)
+    return first + rest
