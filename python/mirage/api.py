@@ -40,6 +40,7 @@ def superoptimize(self, imaps=None, omaps=None, griddims=None, blockdims=None, f
 
     from .search import superoptimize as search
 
+    self.require_outputs("superoptimize")  # before any search work; the result would be empty
     ignored = []
     if blockdims is not None:
         ignored.append(f"blockdims={blockdims!r} (thread-block sizes are chosen by the lowering and timed among "

@@ -8,13 +8,14 @@ on this model; MLIR is produced from it only for results (`mirage.core.mlir_text
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
-from math import prod
+from math import isfinite, prod
 from typing import Sequence
 
 from ..target import DEFAULT as DEFAULT_TARGET
 from . import ops as O
-from .dtypes import dtype, float16
+from .dtypes import dtype, float16, float32, bfloat16
 
 GRID = ("x", "y", "z")
 LOOP = "i"
@@ -24,12 +25,86 @@ class GraphError(ValueError):
     """A μGraph that breaks a validity rule; the message starts with the rule name."""
 
 
+class GraphTypeError(GraphError, TypeError):
+    """A builder argument of the wrong type (a float, bool or string where an integer is
+    needed, a dtype that is not a mirage dtype); also a GraphError, so callers that catch
+    GraphError see every builder rejection."""
+
+
+# Launch limits of CUDA (compute capability >= 3.0): per-axis grid and block maxima and
+# threads per block. Beyond them a launch fails; values near 2**63 also break the lowering's
+# i64 arithmetic, so the builder rejects them up front.
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
+MAX_THREADS = 1024
+MAX_BYTES = 2**63 - 1  # a tensor's size in bytes must fit the i64 offsets of the lowering
+
+_DTYPE_NAMES = {"float16": float16, "bfloat16": bfloat16, "float32": float32}
+
+
+def _int_arg(v, what: str, rule: str, lo: int | None = None, hi: int | None = None) -> int:
+    """`v` as an int. Only Python and numpy integers are accepted: int(4.7) would silently
+    truncate, True is an int to Python but never meant as a size, "4" is not a number."""
+    if type(v) is int and (lo is None or v >= lo) and (hi is None or v <= hi):
+        return v  # the common case, kept cheap: the search builds many graphs
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise GraphTypeError(f"[{rule}] {what} must be an integer, got {v!r} ({type(v).__name__})")
+    v = int(v)
+    if lo is not None and v < lo:
+        raise GraphError(f"[{rule}] {what} must be >= {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise GraphError(f"[{rule}] {what} must be <= {hi}, got {v}")
+    return v
+
+
+def _int_seq(v, what: str, rule: str, lo: int | None = None) -> tuple[int, ...]:
+    """A sequence of integers (each checked by `_int_arg`)."""
+    if type(v) is tuple and all(type(x) is int and (lo is None or x >= lo) for x in v):
+        return v  # the common case, kept cheap (messages are formatted only on error)
+    if isinstance(v, (str, bytes, dict)) or not hasattr(v, "__iter__"):
+        raise GraphTypeError(f"[{rule}] {what} must be a sequence of integers, got {v!r} ({type(v).__name__})")
+    return tuple(_int_arg(x, f"{what}[{k}]", rule, lo) for k, x in enumerate(v))
+
+
+def _dims_arg(v, what: str, dt: dtype = float16) -> tuple[int, ...]:
+    """Tensor dims: a non-empty sequence of positive integers whose tensor fits in 2**63 bytes."""
+    dims = _int_seq(v, what, "shape", 1)
+    if not dims:
+        raise GraphError(f"[shape] {what} must have at least one dim, got []")
+    _check_size(dims, dt, what)
+    return dims
+
+
+def _check_size(dims, dt: dtype, what: str) -> None:
+    if prod(dims) * dt.itemsize > MAX_BYTES:
+        raise GraphError(f"[shape] {what} {list(dims)}: a tensor of {prod(dims)} elements does not fit "
+                         f"in 2**63 bytes")
+
+
+def _dtype_arg(v, what: str = "dtype") -> dtype:
+    """A mirage dtype; its MLIR spelling ("f16", "bf16", "f32") or name ("float16", ...) is
+    accepted too, anything else is rejected here rather than failing when printed."""
+    if isinstance(v, dtype):
+        return v
+    if isinstance(v, str):
+        if v in _DTYPE_NAMES:
+            return _DTYPE_NAMES[v]
+        try:
+            return dtype.parse(v)
+        except ValueError:
+            raise GraphError(f"[dtype] {what}: unsupported element type {v!r} (expected mirage.float16, "
+                             f"mirage.bfloat16 or mirage.float32)") from None
+    raise GraphTypeError(f"[dtype] {what} must be a mirage dtype (mirage.float16, mirage.bfloat16 or "
+                         f"mirage.float32), got {v!r} ({type(v).__name__})")
+
+
 @dataclass(eq=False)
 class Tensor:
     shape: tuple[int, ...]
     dtype: dtype
     producer: object = None  # the op or input record that defines it
     index: int = 0  # which result of the producer
+    graph: object = field(default=None, repr=False)  # the graph that defined it (ownership checks)
 
     # Mirage-compatible accessors
     @property
@@ -86,21 +161,32 @@ class _Builder:
         t = getattr(first, "stensor", first)  # block graphs keep input records
         return t.dtype if t is not None else float16
 
-    def _own(self, t: Tensor) -> None:
+    def _own(self, t: Tensor, what: str = "operand") -> None:
+        if not isinstance(t, Tensor):
+            raise GraphTypeError(f"[nesting] {what}: expected a {self.tensor_cls.__name__} of this graph, "
+                                 f"got {t!r} ({type(t).__name__})")
         if not isinstance(t, self.tensor_cls):
-            raise GraphError(f"[nesting] expected a {self.tensor_cls.__name__} of this graph, got {t!r}")
+            raise GraphError(f"[nesting] {what}: expected a {self.tensor_cls.__name__} of this graph, got {t!r}")
+        if t.graph is not None and t.graph is not self:
+            # a tensor of another graph has no value here (it used to fail later with a KeyError)
+            raise GraphError(f"[nesting] {what}: {t!r} belongs to another graph")
 
     def _op(self, kind: str, inputs: Sequence[Tensor], dt: dtype | None = None, **attrs) -> Tensor:
         d = O.OPS.get(kind)
         if d is None or self.level not in d.levels:
             raise GraphError(f"[nesting] operator '{kind}' does not exist at the {self.level} level")
-        for t in inputs:
-            self._own(t)
+        for k, t in enumerate(inputs):
+            self._own(t, f"{kind} operand {k}")
+        attrs = _check_attrs(kind, attrs, self.level)
+        dt = _dtype_arg(dt, f"{kind} dtype") if dt is not None else _dtype_of(inputs)
         try:
             shape = d.shape([t.shape for t in inputs], attrs)
         except O.ShapeError as e:
             raise GraphError(f"[shape] {kind}: {e}") from None
-        out = self.tensor_cls(tuple(shape), dt or _dtype_of(inputs))
+        _check_size(shape, dt, f"{kind} result")
+        if "dim" in attrs and inputs:  # the IR takes dims >= 0 only; -1 means the last dim here as in numpy
+            attrs["dim"] %= len(inputs[0].shape)
+        out = self.tensor_cls(tuple(shape), dt, graph=self)
         op = Op(kind, list(inputs), [out], attrs)
         out.producer = op
         self.ops.append(op)
@@ -121,21 +207,48 @@ class _Builder:
     def sigmoid(self, A): return self._op("sigmoid", [A])
 
 
+def _check_attrs(kind: str, attrs: dict, level: str) -> dict:
+    """Type-check the table attributes of a builder call (the shape rules of ops.py assume
+    integers: a float dim or repeat count would give a float shape)."""
+    out = dict(attrs)
+    for name, v in attrs.items():
+        what = f"{kind} {name}"
+        if name in ("dim", "dimx"):
+            out[name] = _int_arg(v, what, "shape")
+        elif name in ("shape", "normalized_shape", "repeats"):
+            out[name] = _int_seq(v, what, "shape", 1)
+            # rank-0 tensors exist only in thread graphs; an empty normalized_shape would
+            # silently mean "the last dim"
+            if not out[name] and name != "repeats" and level != "th":
+                raise GraphError(f"[shape] {what} must have at least one dim, got []")
+        elif name == "permutation":
+            out[name] = _int_seq(v, what, "shape")
+        elif name == "value":
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise GraphTypeError(f"[shape] {what} must be a real number, got {v!r} ({type(v).__name__})")
+            if not isfinite(float(v)):  # MLIR's float attribute syntax has no inf/nan literal
+                raise GraphError(f"[shape] {what} must be finite, got {v!r}")
+            out[name] = float(v)
+    return out
+
+
 class _TensorOps(_Builder):
     """Operators present at the kernel and block levels."""
 
     def matmul(self, A, B): return self._op("matmul", [A, B])
-    def reduction(self, A, dim: int): return self._op("reduction", [A], dim=int(dim))
-    def reduce_max(self, A, dim: int): return self._op("reduce_max", [A], dim=int(dim))
-    def concat(self, A, B, dim: int): return self._op("concat", [A, B], dim=int(dim))
-    def reshape(self, A, shape): return self._op("reshape", [A], shape=tuple(int(s) for s in shape))
-    def transpose(self, A, permutation): return self._op("transpose", [A], permutation=tuple(permutation))
-    def repeat(self, A, repeats): return self._op("repeat", [A], repeats=tuple(repeats))
+    # attributes are type-checked in _op (_check_attrs)
+    def reduction(self, A, dim: int): return self._op("reduction", [A], dim=dim)
+    def reduce_max(self, A, dim: int): return self._op("reduce_max", [A], dim=dim)
+    def concat(self, A, B, dim: int): return self._op("concat", [A, B], dim=dim)
+    def reshape(self, A, shape): return self._op("reshape", [A], shape=shape)
+    def transpose(self, A, permutation): return self._op("transpose", [A], permutation=permutation)
+    def repeat(self, A, repeats): return self._op("repeat", [A], repeats=repeats)
 
     def constant(self, value: float, shape=(1,), dtype: dtype | None = None):
         """A tensor of `shape` filled with `value`; its element type defaults to the
         graph's (that of its first input), so constants never mix precisions by accident."""
-        return self._op("constant", [], dtype or self.default_dtype(), value=float(value), shape=tuple(shape))
+        return self._op("constant", [], dtype if dtype is not None else self.default_dtype(), value=value,
+                        shape=shape)
 
 
 # -- kernel graph -------------------------------------------------------------------------
@@ -155,12 +268,11 @@ class KNGraph(_TensorOps):
         self.smem_capacity: int | None = None
 
     def new_input(self, dims, strides=None, dtype: dtype = float16) -> DTensor:
-        dims = tuple(int(d) for d in dims)
-        if not dims or min(dims) < 1:
-            raise GraphError(f"[shape] input dims must be positive, got {list(dims)}")
-        t = DTensor(dims, dtype, "input", len(self.inputs))
+        dtype = _dtype_arg(dtype, "new_input dtype")
+        dims = _dims_arg(dims, "new_input dims", dtype)
+        t = DTensor(dims, dtype, "input", len(self.inputs), graph=self)
         if strides is not None:
-            strides = tuple(int(s) for s in strides)
+            strides = _int_seq(strides, "new_input strides", "shape", 1)
             if len(strides) != len(dims):
                 raise GraphError(f"[shape] {len(strides)} strides given for {len(dims)} dims")
             if strides != row_major_strides(dims):
@@ -169,28 +281,49 @@ class KNGraph(_TensorOps):
         return t
 
     def mark_output(self, A: DTensor, strides=None) -> None:
-        self._own(A)
+        self._own(A, "mark_output")
+        if strides is not None:
+            # outputs are always written row-major (no output layout in the IR or the
+            # lowering): refuse other strides rather than ignore them
+            strides = _int_seq(strides, "mark_output strides", "shape")
+            if strides != row_major_strides(A.shape):
+                raise GraphError(f"[strides] mark_output strides {list(strides)} are not supported: outputs "
+                                 f"are row-major, strides {list(row_major_strides(A.shape))} for shape "
+                                 f"{list(A.shape)}")
         self.outputs.append(A)
 
+    def require_outputs(self, what: str) -> None:
+        """Raise a clear error where a graph without outputs would be used: it computes
+        nothing, and its MLIR (`return  :`) does not parse."""
+        if not self.outputs:
+            raise GraphError(f"[output] {what}: graph '{self.name}' has no output; mark the tensors it "
+                             f"computes with mark_output(t)")
+
     def rms_norm(self, A, normalized_shape):
-        return self._op("rms_norm", [A], normalized_shape=tuple(int(n) for n in normalized_shape))
+        return self._op("rms_norm", [A], normalized_shape=normalized_shape)
 
     def customized(self, inputs: Sequence[DTensor], bgraph: "TBGraph") -> list[DTensor]:
         """Add a graph-defined kernel whose block graph is `bgraph`; `inputs` are the
         device tensors its `new_input` calls read, in order."""
+        if not isinstance(bgraph, TBGraph):
+            raise GraphTypeError(f"[nesting] customized needs a block graph (mi.new_threadblock_graph), "
+                                 f"got {type(bgraph).__name__}")
+        if isinstance(inputs, Tensor) or not isinstance(inputs, (list, tuple)):
+            raise GraphTypeError(f"[launch] customized inputs must be a list of tensors, got "
+                                 f"{type(inputs).__name__}")
         inputs = list(inputs)
         if len(inputs) != len(bgraph.inputs):
             raise GraphError(f"[launch] {len(inputs)} tensors given for a block graph with "
                              f"{len(bgraph.inputs)} inputs")
         for k, (t, rec) in enumerate(zip(inputs, bgraph.inputs)):
-            self._own(t)
+            self._own(t, f"customized input {k}")
             if t.shape != rec.dtensor.shape or t.dtype != rec.dtensor.dtype:
                 raise GraphError(f"[launch] input {k}: {t!r} does not match the block graph's {rec.dtensor!r}")
         bgraph.check()
         outs = []
         op = Op("graph_def", inputs, outs, {}, bgraph)
         for k, o in enumerate(bgraph.outputs):
-            t = DTensor(bgraph.output_shape(o), o.stensor.dtype, op, k)
+            t = DTensor(bgraph.output_shape(o), o.stensor.dtype, op, k, graph=self)
             outs.append(t)
         self.ops.append(op)
         return outs
@@ -262,10 +395,15 @@ class TBGraph(_TensorOps):
         super().__init__()
         self.grid_dim = _dims3(grid_dim, "grid_dim")
         self.block_dim = _dims3(block_dim, "block_dim")
-        self.forloop_range = int(forloop_range)
-        self.reduction_dimx = int(reduction_dimx)
-        if self.forloop_range < 1 or self.reduction_dimx < 1:
-            raise GraphError("[launch] forloop_range and reduction_dimx must be >= 1")
+        for what, dims, top in (("grid_dim", self.grid_dim, MAX_GRID), ("block_dim", self.block_dim, MAX_BLOCK)):
+            for g, n, m in zip(GRID, dims, top):
+                if n > m:
+                    raise GraphError(f"[launch] {what} {list(dims)}: {g} = {n} exceeds the CUDA limit {m}")
+        if prod(self.block_dim) > MAX_THREADS:
+            raise GraphError(f"[launch] block_dim {list(self.block_dim)} has {prod(self.block_dim)} threads, "
+                             f"more than the CUDA limit of {MAX_THREADS} per block")
+        self.forloop_range = _int_arg(forloop_range, "forloop_range", "launch", 1, MAX_GRID[0])
+        self.reduction_dimx = _int_arg(reduction_dimx, "reduction_dimx", "launch", 1)
         self.inputs: list[TBInput] = []
         self.outputs: list[TBOutput] = []
 
@@ -288,15 +426,17 @@ class TBGraph(_TensorOps):
         imap = _dims3(input_map, "input_map", allow_neg=True)
         if not isinstance(dtensor, DTensor):
             raise GraphError(f"[nesting] new_input reads a device tensor, got {dtensor!r}")
-        tile = self.partition(dtensor.shape, imap, int(forloop_dim), f"input {len(self.inputs)}")
-        rec = TBInput(dtensor, imap, int(forloop_dim))
-        rec.stensor = STensor(tile, dtensor.dtype, rec, 0)
+        forloop_dim = _int_arg(forloop_dim, "new_input forloop_dim", "map")
+        tile = self.partition(dtensor.shape, imap, forloop_dim, f"input {len(self.inputs)}")
+        rec = TBInput(dtensor, imap, forloop_dim)
+        rec.stensor = STensor(tile, dtensor.dtype, rec, 0, graph=self)
         self.inputs.append(rec)
         return rec.stensor
 
     def new_output(self, stensor: STensor, output_map, forloop_dim: int = -1) -> None:
-        self._own(stensor)
-        rec = TBOutput(stensor, _dims3(output_map, "output_map", allow_neg=True), int(forloop_dim))
+        self._own(stensor, "new_output")
+        rec = TBOutput(stensor, _dims3(output_map, "output_map", allow_neg=True),
+                       _int_arg(forloop_dim, "new_output forloop_dim", "map"))
         self.output_shape(rec)  # validates
         self.outputs.append(rec)
 
@@ -320,7 +460,7 @@ class TBGraph(_TensorOps):
         return tuple(shape)
 
     def forloop_accum(self, A: STensor, acc: str | None = None) -> STensor:
-        self._own(A)
+        self._own(A, "forloop_accum")
         kind = "none" if acc is None else str(acc)
         if kind not in O.ACCUMULATORS:
             raise GraphError(f"[accumulator] unknown accumulator '{acc}' (expected None or one of "
@@ -329,13 +469,14 @@ class TBGraph(_TensorOps):
             shape = O.accum_shape(kind, A.shape, self.reduction_dimx)
         except O.ShapeError as e:
             raise GraphError(f"[dimx] forloop_accum {kind}: {e}") from None
-        out = STensor(shape, A.dtype)
+        out = STensor(shape, A.dtype, graph=self)
         op = Op("forloop_accum", [A], [out], {"kind": kind})
         out.producer = op
         self.ops.append(op)
         return out
 
     def rms_norm(self, A):
+        self._own(A, "rms_norm operand 0")
         return self._op("rms_norm", [A], normalized_shape=(A.shape[-1],))
 
     def reduction_to_dimx(self, A):
@@ -353,16 +494,18 @@ class TBGraph(_TensorOps):
 
     def thread_graph(self, inputs: Sequence[STensor], body: "THGraph") -> list[STensor]:
         """Fuse an element-wise chain: `body` runs per element on broadcast `inputs`."""
+        if not isinstance(body, THGraph):
+            raise GraphTypeError(f"[nesting] thread_graph needs a THGraph body, got {type(body).__name__}")
         inputs = list(inputs)
-        for t in inputs:
-            self._own(t)
+        for k, t in enumerate(inputs):
+            self._own(t, f"thread_graph input {k}")
         if len(inputs) != len(body.inputs):
             raise GraphError(f"[shape] thread graph takes {len(body.inputs)} inputs, {len(inputs)} given")
         try:
             shape = O.broadcast_shapes(*[t.shape for t in inputs])
         except O.ShapeError as e:
             raise GraphError(f"[shape] thread_graph: {e}") from None
-        outs = [STensor(shape, o.dtype) for o in body.outputs]
+        outs = [STensor(shape, o.dtype, graph=self) for o in body.outputs]
         op = Op("thread_graph", inputs, outs, {}, body)
         for k, o in enumerate(outs):
             o.producer, o.index = op, k
@@ -421,7 +564,7 @@ DEFAULT_SMEM = DEFAULT_TARGET.smem_per_block  # per-block shared memory of the d
 
 
 def _dims3(v, what: str, allow_neg: bool = False) -> tuple[int, int, int]:
-    v = tuple(int(x) for x in v)
+    v = _int_seq(v, what, "map" if allow_neg else "launch")
     if len(v) > 3 or not v:
         raise GraphError(f"[launch] {what} needs 1 to 3 entries, got {list(v)}")
     fill = -1 if allow_neg else 1
@@ -443,14 +586,16 @@ class THGraph(_Builder):
 
     def __init__(self, input_dtypes: Sequence[dtype]):
         super().__init__()
-        self.inputs = [Scalar((), d, "input", k) for k, d in enumerate(input_dtypes)]
+        self.inputs = [Scalar((), _dtype_arg(d, f"thread graph input {k} dtype"), "input", k, graph=self)
+                       for k, d in enumerate(input_dtypes)]
         self.outputs: list[Scalar] = []
 
     def constant(self, value: float, dtype: dtype | None = None):
-        return self._op("constant", [], dtype or self.default_dtype(), value=float(value), shape=())
+        return self._op("constant", [], dtype if dtype is not None else self.default_dtype(), value=value,
+                        shape=())
 
     def output(self, s: Scalar) -> None:
-        self._own(s)
+        self._own(s, "output")
         self.outputs.append(s)
 
 

@@ -133,6 +133,8 @@ def _print_block_graph(op: Op, nm: _Namer, ind: str) -> list[str]:
 
 
 def print_function(g: KNGraph, ind: str = "  ") -> list[str]:
+    # the one place to_mlir, compile (graph hash), the search cache and the passes all reach
+    g.require_outputs("MLIR of the graph")
     nm = _Namer()
     args = []
     for k, t in enumerate(g.inputs):

@@ -34,8 +34,11 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import numbers
 import os
+import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .bundle import DTYPE_BYTES, Bundle, TensorSpec, load_bundle
@@ -57,6 +60,7 @@ class TensorView:
     device: int | None  # CUDA ordinal; None = unknown; -1 = not on a CUDA device
     device_name: str = ""
     keepalive: object = None
+    read_only: bool = False  # __cuda_array_interface__ data[1]: may not be an output
 
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
@@ -132,23 +136,87 @@ def view_of(x, what: str) -> TensorView:
         return TensorView(x.data_ptr(), tuple(x.shape), tuple(x.stride()), dt, dev, str(x.device), x)
     cai = getattr(x, "__cuda_array_interface__", None)
     if cai is not None:
-        shape = tuple(int(d) for d in cai["shape"])
-        typestr = cai["typestr"]
-        dt = _CAI_DTYPES.get(typestr, typestr)
-        size = DTYPE_BYTES.get(dt) or int(typestr[2:] or 1)
-        st = cai.get("strides")
-        if st is None:
-            strides = _contig(shape)
-        else:
-            if any(s % size for s in st):
-                raise LaunchError(f"{what}: byte strides {list(st)} are not multiples of the "
-                                  f"element size {size}")
-            strides = tuple(int(s) // size for s in st)
-        return TensorView(int(cai["data"][0]), shape, strides, dt, None, "cuda", x)
+        return _cai_view(cai, x, what)
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
         return _dlpack_view(x, what)
     raise LaunchError(f"{what}: expected a torch CUDA tensor, an object with "
                       f"__cuda_array_interface__ or a DLPack producer, got {type(x).__name__}")
+
+
+_TYPESTR = re.compile(r"[<>|=][a-zA-Z]\d+")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)  # numpy ints too
+
+
+def _cai_view(cai, x, what: str) -> TensorView:
+    """A `TensorView` of a `__cuda_array_interface__` dict (version 3 layout), every field
+    checked: a malformed interface is the producer's bug, reported as one LaunchError
+    naming the field rather than a KeyError/TypeError from deep inside the launch."""
+    bad = f"{what}: malformed __cuda_array_interface__"
+    if not isinstance(cai, Mapping):
+        raise LaunchError(f"{bad}: expected a dict, got {type(cai).__name__}")
+    missing = [k for k in ("shape", "typestr", "data") if k not in cai]
+    if missing:
+        raise LaunchError(f"{bad}: missing key(s) {', '.join(repr(k) for k in missing)}")
+    shape = cai["shape"]
+    if not isinstance(shape, (tuple, list)) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise LaunchError(f"{bad}: 'shape' must be a tuple of non-negative ints, got {shape!r}")
+    shape = tuple(int(d) for d in shape)
+    typestr = cai["typestr"]
+    if not isinstance(typestr, str) or not _TYPESTR.fullmatch(typestr):
+        raise LaunchError(f"{bad}: 'typestr' must be an array-interface type string such as '<f2', "
+                          f"got {typestr!r}")
+    data = cai["data"]
+    if not isinstance(data, (tuple, list)) or len(data) != 2 or not _is_int(data[0]):
+        raise LaunchError(f"{bad}: 'data' must be a (pointer: int, read_only: bool) pair, got {data!r}")
+    ptr = int(data[0])
+    if not 0 <= ptr < 2**64:
+        raise LaunchError(f"{what}: data pointer {ptr:#x} is out of range (not a 64-bit address)")
+    if cai.get("mask") is not None:
+        raise LaunchError(f"{what}: masked arrays (__cuda_array_interface__ 'mask') are not supported")
+    dt = _CAI_DTYPES.get(typestr, typestr)
+    size = DTYPE_BYTES.get(dt) or int(typestr[2:])
+    st = cai.get("strides")
+    if st is None:
+        strides = _contig(shape)
+    else:
+        if not isinstance(st, (tuple, list)) or len(st) != len(shape) or not all(_is_int(s) for s in st):
+            raise LaunchError(f"{bad}: 'strides' must be None or {len(shape)} ints (bytes), got {st!r}")
+        if any(s % size for s in st):
+            raise LaunchError(f"{what}: byte strides {list(st)} are not multiples of the "
+                              f"element size {size}")
+        strides = tuple(int(s) // size for s in st)
+    return TensorView(ptr, shape, strides, dt, None, "cuda", x, read_only=bool(data[1]))
+
+
+def _span(v: TensorView) -> tuple[int, int]:
+    """[first, last) byte addresses `v` can touch (empty for a tensor with no element)."""
+    if any(d == 0 for d in v.shape):
+        return v.ptr, v.ptr
+    size = DTYPE_BYTES.get(v.dtype, 1)
+    lo = v.ptr + size * sum((d - 1) * s for d, s in zip(v.shape, v.strides) if s < 0)
+    hi = v.ptr + size * (1 + sum((d - 1) * s for d, s in zip(v.shape, v.strides) if s > 0))
+    return lo, hi
+
+
+def check_no_alias(inputs: list, outputs: list) -> None:
+    """An output may not share memory with an input or another output: the kernels read
+    inputs after some outputs are written, and write each output once, so aliasing gives
+    wrong results silently. (Tensors are dense, as check_tensor requires, so byte ranges
+    overlap exactly when elements do.)"""
+    spans = [(f"input {i}", _span(v)) for i, v in enumerate(inputs)]
+    for j, v in enumerate(outputs):
+        lo, hi = _span(v)
+        if lo == hi:
+            continue
+        for name, (a, b) in spans:
+            if a < hi and lo < b:
+                raise LaunchError(f"output {j} (bytes {lo:#x}..{hi:#x}) overlaps {name} (bytes {a:#x}..{b:#x}): "
+                                  f"outputs must not alias inputs or other outputs; pass a separate tensor "
+                                  f"in out=[...]")
+        spans.append((f"output {j}", (lo, hi)))
 
 
 def _strides_match(shape, got, want) -> bool:
@@ -165,6 +233,10 @@ def check_tensor(v: TensorView, spec: TensorSpec, what: str, alignment: int = 16
                           f"{spec.strides}; pass a tensor with that layout (e.g. .contiguous())")
     if v.device == -1:
         raise LaunchError(f"{what}: tensor is on {v.device_name or 'the host'}, not on a CUDA device")
+    lo, hi = _span(v)
+    if (v.ptr == 0 and hi > lo) or lo < 0 or hi > 2**64:  # NULL or wrapping: would fault or corrupt memory
+        raise LaunchError(f"{what}: data pointer {v.ptr:#x} is out of range for a tensor of "
+                          f"{hi - lo} bytes")
     if alignment and v.ptr % alignment:
         raise LaunchError(f"{what}: data pointer {v.ptr:#x} is not {alignment}-byte aligned "
                           f"(the kernels use {alignment}-byte vector accesses)")
@@ -419,13 +491,19 @@ class Kernel:
 
         # outputs
         if out is not None:
+            if not isinstance(out, (list, tuple)):  # list() of a tensor would iterate its rows
+                raise LaunchError(f"out: expected a list of {len(m.outputs)} output tensor(s), got "
+                                  f"{type(out).__name__}")
             out = list(out)
             if len(out) != len(m.outputs):
                 raise LaunchError(f"out: the bundle has {len(m.outputs)} outputs, {len(out)} given")
             out_views = [view_of(x, f"output {i}") for i, x in enumerate(out)]
             for i, (v, spec) in enumerate(zip(out_views, m.outputs)):
                 check_tensor(v, spec, f"output {i}", self.alignment)
+                if v.read_only:
+                    raise LaunchError(f"output {i}: the tensor is read-only (__cuda_array_interface__ 'data')")
                 self._resolve_device(v, f"output {i}")
+            check_no_alias(views, out_views)
             if self._device(views + out_views) != device:
                 raise LaunchError(f"outputs are not on the inputs' device cuda:{device}")
             results, out_ptrs = out, [v.ptr for v in out_views]

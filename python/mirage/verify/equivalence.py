@@ -27,11 +27,14 @@ Procedure
    candidate in its working precision (`dtype="native"`), the reference in float64.
    The candidate is rejected when its normalized error max|y - y64| / max|y64| exceeds
    `fp_tolerance` (default: max(FP_BASE_TOL[dtype], 4 x the reference program's own
-   error in working precision)) or is not finite.
+   error in working precision)) or is not finite. Inputs at which the reference itself is
+   not finite (in float64 or in working precision) are scaled down by powers of 2 until it
+   is (`fp_input_scale`, `fp_note` in the result say so).
 """
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -40,13 +43,19 @@ import numpy as np
 
 from ..core.graph import KNGraph
 from ..core.interpret import evaluate
-from .field import FieldArith, FieldZeroDivision, safe_primes
+from .field import FieldArith, FieldZeroDivision, is_prime, safe_primes
 from .lax import Form, LaxReport, analyze
 
 # Normalized max error tolerated from one working precision (unit roundoff x a margin
 # for the accumulation depth of fused kernels); the default tolerance is the larger of
 # this and 4x the error of the reference program itself in the same precision.
 FP_BASE_TOL = {"f16": 2e-2, "bf16": 1.2e-1, "f32": 1e-4}
+
+# When the reference program itself is not finite at the filter's inputs (e.g. an
+# unnormalized exp(Q@K) overflowing fp16), the inputs are halved until it is, down to this
+# factor; below it the filter is skipped (with a note). The ladder is deterministic, so a
+# result can be reproduced from the seed and the reported scale.
+FP_MIN_INPUT_SCALE = 2.0 ** -10
 
 
 @dataclass
@@ -83,6 +92,8 @@ class EquivalenceResult:
     model: str = "omega"  # which model the bound comes from: "omega" (Theorem 2) or "random"
     random_trials: int = 0  # trials of the random-function model (included in `trials`)
     random_primes: tuple = ()
+    fp_input_scale: float = 1.0  # factor the fp filter applied to its inputs (< 1: the reference overflowed)
+    fp_note: str = ""  # what the fp filter did about a reference that is not finite, if anything
 
     def __bool__(self) -> bool:
         return self.equivalent
@@ -92,6 +103,7 @@ class EquivalenceResult:
             b = (f"error bound {self.error_bound:.3g}" + (" (random-function model)" if self.model == "random" else "")
                  if self.bound_met else f"no bound: {self.bound_details.get('note', 'bound not reached')}")
             fp = "" if self.max_fp_error is None else f", fp error {self.max_fp_error:.3g} <= {self.fp_tolerance:.3g}"
+            fp += f"; {self.fp_note}" if self.fp_note else ""
             return f"equivalent ({self.trials} trials, p={self.primes[0]}, q={self.primes[1]}, {b}{fp})"
         return f"not equivalent: {self.reason}"
 
@@ -221,6 +233,8 @@ def check_equivalence(reference: KNGraph, candidate: KNGraph, delta: float = 1e-
     identities of exp/sqrt, e.g. exp(a-b) = exp(a)/exp(b)) is reported equivalent with
     bound_met=False and the reason."""
     t0 = time.perf_counter()
+    _check_arguments(reference, candidate, delta, seed, max_trials, vacuous_trials, max_resamples, primes,
+                     fp_inputs, input_scales, fp_tolerance, progress)
     p, q = primes or safe_primes(1)[0]
     ra, ca = analyze(reference), analyze(candidate)
     res = EquivalenceResult(False, 0, 1.0, delta, False, 1.0, (p, q), lax_reference=ra, lax_candidate=ca)
@@ -230,14 +244,9 @@ def check_equivalence(reference: KNGraph, candidate: KNGraph, delta: float = 1e-
         res.seconds = time.perf_counter() - t0
         return res
 
-    if [t.shape for t in reference.inputs] != [t.shape for t in candidate.inputs]:
-        return done(f"the inputs differ: reference {[list(t.shape) for t in reference.inputs]}, "
-                    f"candidate {[list(t.shape) for t in candidate.inputs]}")
-    if len(reference.outputs) != len(candidate.outputs):
-        return done(f"the reference has {len(reference.outputs)} outputs, the candidate {len(candidate.outputs)}")
-    for o, (a, b) in enumerate(zip(reference.outputs, candidate.outputs)):
-        if a.shape != b.shape:
-            return done(f"output {o} has shape {list(b.shape)}, the reference {list(a.shape)}")
+    why = signature_difference(reference, candidate)
+    if why:
+        return done(why)
 
     eps, detail = per_trial_bound(ra, ca, p, q)
     res.per_trial_bound, res.bound_details = eps, detail
@@ -262,13 +271,96 @@ def check_equivalence(reference: KNGraph, candidate: KNGraph, delta: float = 1e-
         detail["note"] = f"{res.trials} trials of per-trial bound {eps:.3g} give {res.error_bound:.3g} > delta"
 
     if fp_check:
+        info: dict = {}
         ok, err, tol, why = fp_filter(reference, candidate, np.random.default_rng(seed + 1),
-                                      fp_inputs, input_scales, fp_tolerance)
+                                      fp_inputs, input_scales, fp_tolerance, info)
         res.max_fp_error, res.fp_tolerance = err, tol
+        res.fp_input_scale, res.fp_note = info.get("scale", 1.0), info.get("note", "")
         if not ok:
             return done(why)
     res.equivalent = True
     return done(res.reason)
+
+
+def _sig(ts) -> str:
+    return "(" + ", ".join(f"{list(t.shape)} {t.dtype.mlir}" for t in ts) + ")"
+
+
+def signature_difference(reference: KNGraph, candidate: KNGraph) -> str:
+    """Why the two programs cannot be equivalent by their signatures (input and output
+    shapes and element types), or "". Programs of different element types compute
+    different values (rounding), so a dtype difference is a different program."""
+    ri, ci, ro, co = reference.inputs, candidate.inputs, reference.outputs, candidate.outputs
+    head = (f"the signatures differ: reference {_sig(ri)} -> {_sig(ro)}, candidate {_sig(ci)} -> {_sig(co)}")
+    if len(ri) != len(ci):
+        return f"{head}: {len(ri)} inputs vs {len(ci)}"
+    for k, (a, b) in enumerate(zip(ri, ci)):
+        if a.shape != b.shape:
+            return f"{head}: input {k} has shape {list(b.shape)}, the reference {list(a.shape)}"
+        if a.dtype != b.dtype:
+            return f"{head}: input {k} has element type {b.dtype.mlir}, the reference {a.dtype.mlir}"
+    if len(ro) != len(co):
+        return f"{head}: the reference has {len(ro)} outputs, the candidate {len(co)}"
+    for o, (a, b) in enumerate(zip(ro, co)):
+        if a.shape != b.shape:
+            return f"{head}: output {o} has shape {list(b.shape)}, the reference {list(a.shape)}"
+        if a.dtype != b.dtype:
+            return f"{head}: output {o} has element type {b.dtype.mlir}, the reference {a.dtype.mlir}"
+    return ""
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _check_arguments(reference, candidate, delta, seed, max_trials, vacuous_trials, max_resamples, primes,
+                     fp_inputs, input_scales, fp_tolerance, progress) -> None:
+    """Reject arguments that would crash deep inside the check (delta=0: log(0)) or make it
+    vacuous (vacuous_trials=0 would report equivalence after no trial)."""
+    for name, g in (("reference", reference), ("candidate", candidate)):
+        if not isinstance(g, KNGraph):
+            raise TypeError(f"check_equivalence: {name} must be a KNGraph, got {type(g).__name__}")
+        g.require_outputs(f"check_equivalence {name}")
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Real):
+        raise TypeError(f"check_equivalence: delta must be a number in (0, 1), got {delta!r}")
+    if not 0.0 < float(delta) < 1.0:
+        raise ValueError(f"check_equivalence: delta must be in (0, 1) (a failure probability), got {delta!r}")
+    for name, v, lo in (("seed", seed, 0), ("max_trials", max_trials, 1), ("vacuous_trials", vacuous_trials, 1),
+                        ("max_resamples", max_resamples, 0)):
+        if not _is_int(v):
+            raise TypeError(f"check_equivalence: {name} must be an integer, got {v!r}")
+        if v < lo:
+            raise ValueError(f"check_equivalence: {name} must be >= {lo}, got {v}")
+    if primes is not None:
+        if (not isinstance(primes, (tuple, list)) or len(primes) != 2 or not all(_is_int(x) for x in primes)):
+            raise TypeError(f"check_equivalence: primes must be a pair of integers (p, q), got {primes!r}")
+        p, q = (int(x) for x in primes)
+        # FieldArith needs q | p - 1 (a q-th root of unity in Z_p) and p < 2**31 (int64 products)
+        if not (2 < p < 2**31 and q > 2 and is_prime(p) and is_prime(q) and (p - 1) % q == 0):
+            raise ValueError(f"check_equivalence: primes must be primes (p, q) with q dividing p - 1 and "
+                             f"p < 2**31 (see mirage.verify.field.safe_primes), got {primes!r}")
+    if fp_tolerance is not None:
+        if isinstance(fp_tolerance, bool) or not isinstance(fp_tolerance, numbers.Real):
+            raise TypeError(f"check_equivalence: fp_tolerance must be a positive number, got {fp_tolerance!r}")
+        if not (math.isfinite(fp_tolerance) and fp_tolerance > 0):
+            raise ValueError(f"check_equivalence: fp_tolerance must be positive and finite, got {fp_tolerance!r}")
+    n = len(reference.inputs)
+    if fp_inputs is not None:
+        if len(fp_inputs) != n:
+            raise ValueError(f"check_equivalence: fp_inputs has {len(fp_inputs)} arrays, the programs take {n}")
+        for k, (a, t) in enumerate(zip(fp_inputs, reference.inputs)):
+            if tuple(np.shape(a)) != t.shape:
+                raise ValueError(f"check_equivalence: fp_inputs[{k}] has shape {list(np.shape(a))}, input {k} "
+                                 f"is {list(t.shape)}")
+    if input_scales:  # an empty sequence means "unscaled", as None does
+        if len(input_scales) != n:
+            raise ValueError(f"check_equivalence: input_scales has {len(input_scales)} entries, the programs "
+                             f"take {n} inputs")
+        for k, v in enumerate(input_scales):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (math.isfinite(v) and v > 0):
+                raise ValueError(f"check_equivalence: input_scales[{k}] must be a positive finite number, got {v!r}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"check_equivalence: progress must be callable, got {type(progress).__name__}")
 
 
 def _trials(reference, candidate, n_trials, make_arith, both: bool, res, max_resamples, progress):
@@ -342,15 +434,42 @@ def _random_model(reference, candidate, delta, rng, res, max_trials, max_resampl
 
 def fp_filter(reference: KNGraph, candidate: KNGraph, rng: np.random.Generator,
               inputs: Sequence[np.ndarray] | None = None, scales: Sequence[float] | None = None,
-              tolerance: float | None = None) -> tuple[bool, float, float, str]:
-    """Numerical-stability filter: (ok, candidate error, tolerance, reason)."""
+              tolerance: float | None = None, info: dict | None = None) -> tuple[bool, float, float, str]:
+    """Numerical-stability filter: (ok, candidate error, tolerance, reason).
+
+    The candidate is judged at inputs where the reference program is finite, in float64 and
+    in working precision: an input at which the reference itself overflows (inf/nan) says
+    nothing about the candidate. So when it does, the inputs are scaled down by powers of 2
+    until it does not; `info` (if given) receives the factor used ("scale") and a sentence
+    saying so ("note")."""
+    info = {} if info is None else info
     if inputs is None:
         scales = scales or (1.0,) * len(reference.inputs)
         inputs = [rng.standard_normal(t.shape) * s for t, s in zip(reference.inputs, scales)]
+    inputs = [np.asarray(x, dtype=np.float64) for x in inputs]
+
+    def finite(ys):
+        return all(np.all(np.isfinite(y)) for y in ys)
+
+    factor, info["scale"], info["note"] = 1.0, 1.0, ""
     with np.errstate(all="ignore"):
-        exact = evaluate(reference, inputs)
-        ref_native = evaluate(reference, inputs, dtype="native")
-        cand_native = evaluate(candidate, inputs, dtype="native")
+        while True:
+            xs = [x * factor for x in inputs]
+            exact = evaluate(reference, xs)
+            ref_native = evaluate(reference, xs, dtype="native")
+            if finite(exact) and finite(ref_native):
+                break
+            if factor / 2 < FP_MIN_INPUT_SCALE:
+                info["note"] = (f"floating-point filter skipped: the reference program is not finite (inf/nan "
+                                f"in float64 or in working precision) at its random inputs scaled down to "
+                                f"{factor:g}")
+                return True, 0.0, 0.0, ""
+            factor /= 2
+        cand_native = evaluate(candidate, xs, dtype="native")
+    if factor != 1.0:
+        info["scale"] = factor
+        info["note"] = (f"floating-point filter inputs scaled by {factor:g}: at the unscaled inputs the reference "
+                        f"program itself is not finite in working precision")
 
     def nerr(y, y64):
         scale = float(np.max(np.abs(y64))) if y64.size else 0.0
@@ -358,13 +477,12 @@ def fp_filter(reference: KNGraph, candidate: KNGraph, rng: np.random.Generator,
             return math.inf
         return float(np.max(np.abs(y - y64))) / (scale if scale > 0 else 1.0)
 
-    if not all(np.all(np.isfinite(y)) for y in exact):
-        return True, 0.0, 0.0, ""  # the float64 reference itself overflows: nothing to compare against
     e_ref = max(nerr(y, y64) for y, y64 in zip(ref_native, exact))
     e_cand = max(nerr(y, y64) for y, y64 in zip(cand_native, exact))
-    tol = tolerance if tolerance is not None else max(FP_BASE_TOL[_dtype_key(candidate)],
-                                                      4.0 * (e_ref if math.isfinite(e_ref) else 0.0))
+    tol = tolerance if tolerance is not None else max(FP_BASE_TOL[_dtype_key(candidate)], 4.0 * e_ref)
     if not e_cand <= tol:
+        at = f" (inputs scaled by {factor:g}, where the reference is finite)" if factor != 1.0 else ""
         return False, e_cand, tol, (f"floating-point filter: the candidate's normalized error in working "
-                                    f"precision is {e_cand:.3g} > tolerance {tol:.3g} (reference program: {e_ref:.3g})")
+                                    f"precision is {e_cand:.3g} > tolerance {tol:.3g} (reference program: "
+                                    f"{e_ref:.3g}){at}")
     return True, e_cand, tol, ""

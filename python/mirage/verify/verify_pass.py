@@ -59,6 +59,29 @@ def verify_pairs(graphs: dict, pairs: list, delta: float = 1e-9, seed: int = 0, 
     return out
 
 
+def _probability(text: str) -> float:
+    """`delta` option: a failure probability in (0, 1), checked when the options are parsed
+    so that a bad value is a usage error, not an error inside the pass."""
+    v = float(text)
+    if not 0.0 < v < 1.0:
+        raise ValueError(f"expected a probability in (0, 1), got {text}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise ValueError(f"expected an integer >= 1, got {text}")
+    return v
+
+
+def _seed(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise ValueError(f"expected a non-negative integer, got {text}")
+    return v
+
+
 def _attr_symbol(attr) -> str:
     text = str(attr)
     return text[1:] if text.startswith("@") else text.strip('"')
@@ -70,10 +93,10 @@ class VerifyPass(Pass):
     summary = ("Check every function marked `mirage.candidate_of = @ref` against @ref by finite-field "
                "random testing (remark when equivalent, error with the first differing element otherwise)")
     options = (
-        Option("delta", float, 1e-9, "failure probability bound to reach (Theorem 3)"),
-        Option("seed", int, 0, "seed of the random trials"),
+        Option("delta", _probability, 1e-9, "failure probability bound to reach (Theorem 3)"),
+        Option("seed", _seed, 0, "seed of the random trials"),
         Option("fp-check", parse_bool, True, "also run the floating-point stability filter"),
-        Option("max-trials", int, 64, "cap on the number of finite-field trials"),
+        Option("max-trials", _positive_int, 64, "cap on the number of finite-field trials"),
     )
 
     def run(self, module, **options) -> None:
