@@ -111,6 +111,10 @@ def work_items(gen: Generator) -> list:
 
 # -- driver --------------------------------------------------------------------------------
 
+# the enumeration stops at this share of the time limit; the checks of the best candidates
+# (float64, then the formal verifier: seconds each at full size) take the rest
+ENUMERATION_SHARE = 0.75
+
 def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Target = DEFAULT,
                   cache_dir: str | None = None, measure=None, checkpoint: str | None = None,
                   **overrides) -> SearchResult:
@@ -174,6 +178,7 @@ def _measured(res: SearchResult, measure) -> SearchResult:
 def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> SearchResult:
     t0 = time.monotonic()
     deadline = t0 + cfg.time_limit
+    enumeration_deadline = t0 + ENUMERATION_SHARE * cfg.time_limit
     pro = None
     if cfg.prologues:
         from .prologue import analyze
@@ -197,7 +202,7 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     pool = None
     if workers == 1:
         stop = None
-        _init_worker(ref, cfg, deadline, None, quiet=False, pro=pro)
+        _init_worker(ref, cfg, enumeration_deadline, None, quiet=False, pro=pro)
         try:
             for it in items:
                 absorb(_run_item(it))
@@ -206,11 +211,11 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
         except KeyboardInterrupt:
             stats.stopped = "interrupted"
         progress.done()
-        return _rank(ref, cfg, stats, found, device, time.monotonic() - t0)
+        return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, deadline=deadline)
     else:
         ctx = mp.get_context("fork")
         stop = ctx.Event()
-        pool = ctx.Pool(workers, _init_worker, (ref, cfg, deadline, stop, True, pro))
+        pool = ctx.Pool(workers, _init_worker, (ref, cfg, enumeration_deadline, stop, True, pro))
         try:
             it = pool.imap_unordered(_run_item, items, chunksize=1)
             try:
@@ -224,17 +229,18 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
             progress.done()
             if stats.stopped == "interrupted":
                 pool.terminate()
-                return _rank(ref, cfg, stats, found, device, time.monotonic() - t0)
-            return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, pool)
+                return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, deadline=deadline)
+            return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, pool, deadline)
         finally:
             pool.close()
             pool.join()
 
 
-def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None) -> SearchResult:
+def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=None) -> SearchResult:
     """Dedupe by canonical graph key, sort by cost (each main-kernel schedule's best
     first: `diverse`), then run the formal verifier on the candidates in that order until
-    `top_k` have passed (in parallel on `pool`)."""
+    `top_k` have passed (in parallel on `pool`) or `deadline` (time.monotonic) passes:
+    then the checks in flight are abandoned and what passed is kept."""
     ranked = []
     seen_graphs = set()
     order = sorted(found.items(), key=lambda kv: (kv[1][1], kv[0]))
@@ -248,18 +254,33 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None) -> SearchRes
     ranked = diverse(sorted(ranked, key=_order))
     cands = []
     others = []
+    notes = []
     if cfg.verify:
         pos = 0
         batch = max(1, getattr(pool, "_processes", 1) or 1)
         while pos < len(ranked) and len(cands) < cfg.top_k:
+            if deadline is not None and time.monotonic() >= deadline:
+                stats.stopped = stats.stopped or "time limit"
+                notes.append(f"the time limit stopped the checks: {len(cands)} candidate(s) verified "
+                             f"of the {cfg.top_k} asked for")
+                break
             chunk = ranked[pos:pos + max(batch, cfg.top_k - len(cands))]
-            pos += len(chunk)
             args = [(c.plan, cfg.seed) for c in chunk]
             if pool is not None and len(chunk) > 1:
-                outs = pool.map(_check_item, args, chunksize=1)
+                outs = []
+                it = pool.imap(_check_item, args, chunksize=1)
+                try:
+                    for _ in chunk:
+                        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                        outs.append(it.next(timeout=left))
+                except mp.TimeoutError:
+                    pool.terminate()  # abandon the checks in flight
+                    pool = None
             else:
                 _W["ref"] = ref
                 outs = [_check_item(a) for a in args]
+            chunk = chunk[:len(outs)]
+            pos += len(chunk)
             for c, (stage, ok, note) in zip(chunk, outs):
                 if stage == "float":
                     stats.rejected += 1
@@ -281,7 +302,7 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None) -> SearchRes
     base.verification = "reference"
     cands.append(base)
     cands.sort(key=_order)
-    return SearchResult(ref, cands, stats, seconds, cfg, others=others)
+    return SearchResult(ref, cands, stats, seconds, cfg, notes=notes, others=others)
 
 
 def _check_item(arg):

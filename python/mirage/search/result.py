@@ -81,14 +81,16 @@ def main_schedule(c: Candidate):
     return tuple(body.grid_dim), body.forloop_range, tuple(body.block_dim)
 
 
-def diverse(ranked: list) -> list:
-    """`ranked` with the best candidate of each main-kernel schedule first (in rank order),
-    then the rest (in rank order). The top-k kept are what the GPU times when it picks by
-    measurement, so they should differ in the kernel that dominates the time rather than
-    only in a small combine kernel; the cost model's best stays first."""
+def diverse(ranked: list, window: float = 2.0) -> list:
+    """`ranked` with the best candidate of each main-kernel schedule within `window` times
+    the best cost first (in rank order), then the rest (in rank order). The top-k kept
+    are what the GPU times when it picks by measurement, so they should differ in the
+    kernel that dominates the time rather than only in a small combine kernel; the cost
+    model's best stays first."""
     seen, first, rest = set(), [], []
+    limit = ranked[0].cost.time * window if ranked else 0.0
     for c in ranked:
         sched = main_schedule(c)
-        (rest if sched in seen else first).append(c)
+        (rest if sched in seen or c.cost.time > limit else first).append(c)
         seen.add(sched)
     return first + rest
