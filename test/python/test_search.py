@@ -406,3 +406,14 @@ def test_time_limit_bounds_the_checks(monkeypatch):
     assert res.stats.stopped == "time limit"
     assert [c.key for c in res.candidates] == ["reference"]
     assert any("time limit stopped the checks" in n for n in res.notes)
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(time_limit=-1), "time_limit=-1"), (dict(time_limit=0), "time_limit=0"),
+    (dict(top_k=0), "top_k=0"), (dict(workers=-1), "workers=-1"),
+    (dict(griddims=[(7.5, 1, 1)]), "griddims"), (dict(griddims=[(7, 1, 1)]), "7 divides no dim"),
+    (dict(partition="sometimes"), "partition"), (dict(tile_sizes=(0, 16)), "tile_sizes"),
+])
+def test_search_arguments_are_checked(kw, words):
+    with pytest.raises(ValueError, match=words.replace("(", r"\(")):
+        superoptimize(rmsnorm_ref(), "mlp", **kw)

@@ -71,6 +71,43 @@ class SearchConfig:
     def with_(self, **kw) -> "SearchConfig":
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
 
+    def __post_init__(self):
+        """Reject limits that would be ignored or misread, naming the field."""
+        def bad(name, what):
+            raise ValueError(f"search config: {name}={getattr(self, name)!r}: {what}")
+
+        def count(v, low):
+            return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+        if isinstance(self.time_limit, bool) or not isinstance(self.time_limit, (int, float)) \
+                or not self.time_limit > 0:
+            bad("time_limit", "must be a number of seconds > 0")
+        for name in ("max_kernel_ops", "max_graph_defs", "max_block_ops", "max_block_inputs",
+                     "max_block_outputs", "max_grid_dims", "max_blocks", "top_k", "reduction_dimx"):
+            if not count(getattr(self, name), 1):
+                bad(name, "must be an integer >= 1")
+        if not count(self.workers, 0):
+            bad("workers", "must be an integer >= 0 (0: all cores)")
+        if self.max_states is not None and not count(self.max_states, 1):
+            bad("max_states", "must be None or an integer >= 1")
+        for name in ("tile_sizes", "grid_tile_sizes"):
+            if not all(count(t, 1) for t in getattr(self, name)):
+                bad(name, "must be integers >= 1")
+        if self.partition not in ("auto", "strict", "off"):
+            bad("partition", "must be 'auto', 'strict' or 'off'")
+        if self.checker not in ("fast", "z3"):
+            bad("checker", "must be 'fast' or 'z3'")
+        for g in self.griddims or ():
+            if not (isinstance(g, (tuple, list)) and 1 <= len(g) <= 3 and all(count(x, 1) for x in g)):
+                bad("griddims", f"each grid must be 1 to 3 integers >= 1, not {g!r}")
+        for m in self.imaps or ():
+            if not (isinstance(m, (tuple, list)) and 1 <= len(m) <= 3 and all(count(x, -1) for x in m)):
+                bad("imaps", f"each map must be 1 to 3 dims (-1: replicated), not {m!r}")
+        if not all(count(f, -1) for f in self.fmaps or ()):
+            bad("fmaps", "must be dims >= -1 (-1: no for-loop dim)")
+        if not all(count(f, 1) for f in self.franges or ()):
+            bad("franges", "must be integers >= 1")
+
 
 PRESETS = {
     # one grid dim over output columns, loop over the contraction (Mirage's "mlp"/"lora")
@@ -328,7 +365,4 @@ def _divides(shape, grid, imap, fmap, fr) -> bool:
     if fmap != -1:
         if fmap >= len(shape) or tile[fmap] % fr:
             return False
-    for g, d in zip(grid, imap):
-        if g > 1 and d == -1:
-            pass
     return True

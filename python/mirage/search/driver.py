@@ -136,6 +136,11 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
         if config == "rows":  # room for every op of the program plus iterators and saver
             overrides.setdefault("max_block_ops", max(9, len(ref.ops) + 4))
     cfg = make_config(config, **overrides)
+    for g in cfg.griddims or ():  # a grid that fits nothing would be dropped silently
+        shapes = [tuple(t.shape) for t in ref.inputs]
+        for x in g:
+            if x > 1 and not any(d % x == 0 for sh in shapes for d in sh):
+                raise ValueError(f"griddims {tuple(g)}: {x} divides no dim of the program's inputs {shapes}")
     t0 = time.monotonic()
     ref_cost = cost(ref, device)
     if checkpoint is not None:
