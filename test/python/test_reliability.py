@@ -229,7 +229,7 @@ def _two_outputs():
     (lambda: _exp_graph(mi.bfloat16), lambda: _exp_graph(mi.float16), r"input 0 has element type f16, the reference bf16"),
     (lambda: _exp_graph(shape=(4, 8)), lambda: _exp_graph(shape=(8, 4)), r"input 0 has shape \[8, 4\], the reference \[4, 8\]"),
     (lambda: _two_inputs(0), lambda: _two_inputs(1), r"output 0 has element type f32, the reference f16"),
-    (lambda: _exp_graph(), lambda: _two_inputs(0), r"1 inputs vs 2"),
+    (lambda: _exp_graph(), lambda: _two_inputs(0), r"the reference has 1 inputs, the candidate 2"),
     (lambda: _exp_graph(), lambda: _two_outputs(), r"the reference has 1 outputs, the candidate 2"),
 ])
 def test_check_equivalence_reports_signature_difference(ref, cand, msg):

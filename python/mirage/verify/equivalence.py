@@ -292,20 +292,14 @@ def signature_difference(reference: KNGraph, candidate: KNGraph) -> str:
     different values (rounding), so a dtype difference is a different program."""
     ri, ci, ro, co = reference.inputs, candidate.inputs, reference.outputs, candidate.outputs
     head = (f"the signatures differ: reference {_sig(ri)} -> {_sig(ro)}, candidate {_sig(ci)} -> {_sig(co)}")
-    if len(ri) != len(ci):
-        return f"{head}: {len(ri)} inputs vs {len(ci)}"
-    for k, (a, b) in enumerate(zip(ri, ci)):
-        if a.shape != b.shape:
-            return f"{head}: input {k} has shape {list(b.shape)}, the reference {list(a.shape)}"
-        if a.dtype != b.dtype:
-            return f"{head}: input {k} has element type {b.dtype.mlir}, the reference {a.dtype.mlir}"
-    if len(ro) != len(co):
-        return f"{head}: the reference has {len(ro)} outputs, the candidate {len(co)}"
-    for o, (a, b) in enumerate(zip(ro, co)):
-        if a.shape != b.shape:
-            return f"{head}: output {o} has shape {list(b.shape)}, the reference {list(a.shape)}"
-        if a.dtype != b.dtype:
-            return f"{head}: output {o} has element type {b.dtype.mlir}, the reference {a.dtype.mlir}"
+    for what, rs, cs in (("input", ri, ci), ("output", ro, co)):
+        if len(rs) != len(cs):
+            return f"{head}: the reference has {len(rs)} {what}s, the candidate {len(cs)}"
+        for k, (a, b) in enumerate(zip(rs, cs)):
+            if a.shape != b.shape:
+                return f"{head}: {what} {k} has shape {list(b.shape)}, the reference {list(a.shape)}"
+            if a.dtype != b.dtype:
+                return f"{head}: {what} {k} has element type {b.dtype.mlir}, the reference {a.dtype.mlir}"
     return ""
 
 
