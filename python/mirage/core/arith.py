@@ -48,6 +48,13 @@ class Arith:
     def exp(self, a): raise NotImplementedError
     def sqrt(self, a): raise NotImplementedError
     def unary(self, name: str, a): raise NotImplementedError  # silu, gelu, relu, sigmoid
+    def pow(self, a, b): raise NotImplementedError  # a ** b element-wise
+
+    def clamp(self, a, lo: float, hi: float):
+        """min(max(a, lo), hi). By default the random function `unary` keyed by the
+        bounds: arithmetics that model non-Lax operators as uninterpreted functions
+        (the finite fields) need nothing more."""
+        return self.unary(f"clamp[{float(lo)!r},{float(hi)!r}]", a)
 
     def round(self, v, d: dtype):
         """Round to the working precision of a tensor of element type `d`."""
@@ -106,6 +113,13 @@ class FloatArith(Arith):
     def unary(self, name, a):
         with np.errstate(over="ignore"):
             return _UNARY[name](a)
+
+    def pow(self, a, b):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return np.power(a, b)
+
+    def clamp(self, a, lo, hi):
+        return np.minimum(np.maximum(a, lo), hi)
 
     def round(self, v, d):
         if self.force is not None:

@@ -2,6 +2,7 @@
 labelled with their launch dims and maps."""
 from __future__ import annotations
 
+from . import ops as O
 from .graph import KNGraph, Op, TBGraph
 from .mlir_text import fmt_map, tensor_type
 
@@ -48,8 +49,9 @@ def _block(d: _Dot, op: Op, idx: int) -> list[str]:
             n = d.node(label, "box")
             d.lines.append("  }")
         else:
-            kind = t_op.kind + (f" {t_op.attrs['kind']}" if t_op.kind == "forloop_accum" else "")
-            n = d.node(kind, "ellipse" if t_op.kind != "forloop_accum" else "doubleoctagon")
+            acc = t_op.attrs.get("kind") or t_op.attrs.get("acc")  # forloop_accum(_rescale)
+            kind = t_op.kind + (f" {acc}" if O.is_accumulator(t_op.kind) else "")
+            n = d.node(kind, "ellipse" if not O.is_accumulator(t_op.kind) else "doubleoctagon")
         _tensor_edges(d, t_op, n)
         for t in t_op.outputs:
             d.ids[id(t)] = n

@@ -205,6 +205,12 @@ class _Builder:
     def gelu(self, A): return self._op("gelu", [A])
     def relu(self, A): return self._op("relu", [A])
     def sigmoid(self, A): return self._op("sigmoid", [A])
+    # Mirage's clamp, pow (KNGraph) and mul_scalar (TBGraph), at every level here; the
+    # scalar attributes are checked by the op table's shape rule
+    def pow(self, A, B): return self._op("pow", [A, B])
+    def clamp(self, A, min_val: float, max_val: float): return self._op("clamp", [A], min_val=min_val,
+                                                                        max_val=max_val)
+    def mul_scalar(self, A, scalar: float): return self._op("mul_scalar", [A], scalar=scalar)
 
 
 def _check_attrs(kind: str, attrs: dict, level: str) -> dict:
@@ -475,6 +481,23 @@ class TBGraph(_TensorOps):
         self.ops.append(op)
         return out
 
+    def forloop_accum_max(self, A: STensor) -> STensor:
+        """Mirage's forloop_accum_max: the element-wise max over the iterations."""
+        return self.forloop_accum(A, "max")
+
+    def forloop_accum_rescale(self, A: STensor, B: STensor, acc: str | None = None) -> STensor:
+        """Mirage's rescaling accumulator: acc = acc * B + A every iteration (A's last dim
+        summed first with acc="sum"); B broadcasts to the result (ops.py)."""
+        kind = "none" if acc is None else acc
+        if kind not in O.RESCALE_ACCUMULATORS:
+            raise GraphError(f"[accumulator] unknown rescale accumulator {acc!r} (expected None or 'sum')")
+        return self._op("forloop_accum_rescale", [A, B], acc=kind)  # "acc": `kind` names the op in _op
+
+    def reduction_max(self, A: STensor, dim: int) -> tuple[STensor, STensor]:
+        """Mirage's reduction_max: (running max along `dim`, its change), see ops.py."""
+        m = self._op("reduction_max", [A], dim=dim)
+        return tuple(m.producer.outputs)
+
     def rms_norm(self, A):
         self._own(A, "rms_norm operand 0")
         return self._op("rms_norm", [A], normalized_shape=(A.shape[-1],))
@@ -486,7 +509,10 @@ class TBGraph(_TensorOps):
         if kind == "reduction_to_dimx":
             attrs["dimx"] = self.reduction_dimx
         try:
-            return super()._op(kind, inputs, dt, **attrs)
+            out = super()._op(kind, inputs, dt, **attrs)
+            for k in range(1, O.OPS[kind].results):  # further results (reduction_max's diff)
+                out.producer.outputs.append(STensor(out.shape, out.dtype, out.producer, k, graph=self))
+            return out
         except GraphError as e:
             if kind == "reduction_to_dimx" and "[shape]" in str(e):
                 raise GraphError(str(e).replace("[shape]", "[dimx]")) from None
@@ -548,7 +574,7 @@ class TBGraph(_TensorOps):
             ins = [counts.get(id(t)) for t in op.inputs]
             ins = [c for c in ins if c is not None]
             c = (min(a for a, _ in ins), max(b for _, b in ins)) if ins else None
-            if c is not None and op.kind == "forloop_accum":
+            if c is not None and O.is_accumulator(op.kind):
                 c = (c[0] + 1, c[1] + 1)
             for t in op.outputs:
                 counts[id(t)] = c

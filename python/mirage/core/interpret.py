@@ -52,11 +52,15 @@ def evaluate(g: KNGraph, inputs: Sequence, dtype=None, arith: Arith | None = Non
         if op.kind == "graph_def":
             outs = run_block_graph(ar, op.body, xs)
         else:
-            outs = [O.OPS[op.kind].eval(ar, xs, op.attrs, 0)]
+            outs = _results(O.OPS[op.kind], O.OPS[op.kind].eval(ar, xs, op.attrs, 0))
         for t, v in zip(op.outputs, outs):
             env[id(t)] = ar.round(v, t.dtype)
     res = [env[id(t)] for t in g.outputs]
     return [ar.to_array(v) for v in res] if arith is None else res
+
+
+def _results(d: O.OpDef, v) -> list:
+    return list(v) if d.results > 1 else [v]
 
 
 def _lead_sizes(tb: TBGraph) -> tuple[int, int, int, int]:
@@ -121,8 +125,12 @@ def run_block_graph(ar: Arith, tb: TBGraph, xs: Sequence) -> list:
             outs = [O.accumulate(ar, op.attrs["kind"], x, LOOP_AXIS, tb.forloop_range, tb.reduction_dimx)]
         elif op.kind == "thread_graph":
             outs = run_thread_graph(ar, op.body, ins, NB)
-        else:
+        elif O.is_accumulator(op.kind):  # forloop_accum_rescale: its eval runs the iterations
+            ins = [ar.apply(lambda a: np.broadcast_to(a, a.shape[:LOOP_AXIS] + (lead[LOOP_AXIS],) + a.shape[NB:]), x)
+                   for x in ins]  # loop-invariant values repeat
             outs = [O.OPS[op.kind].eval(ar, ins, op.attrs, NB)]
+        else:
+            outs = _results(O.OPS[op.kind], O.OPS[op.kind].eval(ar, ins, op.attrs, NB))
         for t, v in zip(op.outputs, outs):
             env[id(t)] = ar.round(v, t.dtype)
     return [save_output(ar, tb, env[id(o.stensor)], o) for o in tb.outputs]

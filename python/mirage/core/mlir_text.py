@@ -29,6 +29,23 @@ def _i64s(v) -> str:
     return "array<i64: " + ", ".join(str(int(x)) for x in v) + ">"
 
 
+# attributes printed in the op's own syntax (ODS assembly formats), not in the attr dict
+_OWN_SYNTAX = {"clamp": ("min_val", "max_val"), "mul_scalar": ("scalar",), "forloop_accum_rescale": ("acc",)}
+
+
+def _operands(op: Op, nm: "_Namer") -> str:
+    """The operand list, with the scalar attributes / accumulator kind where the op's
+    assembly format puts them: `%a min -1.0 max 1.0`, `%a, 0.125`, `none %a, %b`."""
+    args = ", ".join(nm[t] for t in op.inputs)
+    if op.kind == "clamp":
+        return f"{args} min {fmt_float(op.attrs['min_val'])} max {fmt_float(op.attrs['max_val'])}"
+    if op.kind == "mul_scalar":
+        return f"{args}, {fmt_float(op.attrs['scalar'])}"
+    if op.kind == "forloop_accum_rescale":
+        return f"{op.attrs['acc']} {args}"
+    return args
+
+
 def _attr_dict(op: Op) -> str:
     parts = []
     for k, v in op.attrs.items():
@@ -36,7 +53,7 @@ def _attr_dict(op: Op) -> str:
             continue
         if k == "shape" and op.kind == "reshape":
             continue
-        if k == "dimx":
+        if k == "dimx" or k in _OWN_SYNTAX.get(op.kind, ()):
             continue
         parts.append(f"{k} = {_i64s(v)}" if isinstance(v, tuple) else f"{k} = {int(v)} : i64")
     return (" {" + ", ".join(parts) + "}") if parts else ""
@@ -69,9 +86,11 @@ class _Namer:
 
 
 def _compute_op(dialect: str, op: Op, nm: _Namer) -> str:
-    args = ", ".join(nm[t] for t in op.inputs)
+    args = _operands(op, nm)
     res = nm.define_results(op.outputs)
     out_t = tensor_type(op.outputs[0])
+    if len(op.outputs) > 1:  # reduction_max: (max, diff)
+        out_t = "(" + ", ".join(tensor_type(t) for t in op.outputs) + ")"
     if op.kind == "constant":
         return f"{res} = {dialect}.constant {fmt_float(op.attrs['value'])} : {out_t}"
     if dialect == "th":

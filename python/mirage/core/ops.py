@@ -8,12 +8,17 @@ definition, and tests.
 
 Shapes passed to `shape` are logical shapes. Values passed to `eval` carry `nb` leading
 batch axes (the interpreter puts grid and for-loop axes there); `eval` must treat them
-as batch dims.
+as batch dims. Two block-level operators are stateful across for-loop iterations
+(`reduction_max`, a running maximum, and the accumulator `forloop_accum_rescale`): their
+`eval` reads the last batch axis (nb - 1) as the iteration axis. An operator with
+`results` > 1 (`reduction_max`) returns a tuple of values; `shape` gives each result's
+shape (they are equal).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from math import prod
+from math import isfinite, prod
+from numbers import Real
 from typing import Callable, Sequence
 
 import numpy as np
@@ -70,15 +75,18 @@ class OpDef:
     # with an expression builder `ex` (add, mul, div, exp, sqrt, fn, sum, const); None:
     # the search does not generate this operator.
     absexpr: Callable | None = None
-    # unary | binary (element-wise) | constant | matmul | reduction | norm | layout: every
-    # stage's list of "element-wise ops" etc. is derived from this (`named`)
+    # unary | binary (element-wise) | constant | matmul | reduction | norm | layout |
+    # accumulator: every stage's list of "element-wise ops" etc. is derived from this (`named`)
     category: str = ""
+    results: int = 1  # values the operator defines (reduction_max: the max and the diff)
 
     def flops(self, in_shapes: Sequence[Shape], out_shape: Shape, attrs: dict) -> float:
         if self.name == "matmul":
             return 2.0 * prod(out_shape) * in_shapes[0][-1]
-        if self.name in ("reduction", "reduce_max", "reduction_to_dimx"):
+        if self.name in ("reduction", "reduce_max", "reduction_to_dimx", "reduction_max"):
             return float(prod(in_shapes[0]))
+        if self.name == "forloop_accum_rescale":  # per iteration: sum the input, acc * rescale + it
+            return float(prod(in_shapes[0])) + 2.0 * prod(out_shape)
         return self.flops_per_elem * prod(out_shape)
 
 
@@ -115,6 +123,16 @@ _binary("mul", "mul", "multilinear")
 _binary("div", "div", "div")
 
 
+def _pow_eval(ar, xs, attrs, nb):
+    a, b = _pad(ar, xs, nb)
+    return ar.pow(a, b)
+
+
+# Mirage's KNGraph.pow(A, B): A ** B element-wise, broadcasting. No abstract expression:
+# the search keeps it as a pre-defined kernel (a barrier), as it does reduce_max.
+_register(OpDef("pow", 2, ALL, lambda s, a: broadcast_shapes(*s), _pow_eval, "nonlax", 8), "binary")
+
+
 # -- element-wise unary -------------------------------------------------------------------
 
 def _unary(name: str, ev: Callable, lax: str, flops: float = 1.0, absexpr: Callable | None = None) -> None:
@@ -129,6 +147,37 @@ _unary("rsqrt", lambda ar, x: ar.div(ar.const(1.0, ar.shape(x)), ar.sqrt(x)), "s
 _unary("square", lambda ar, x: ar.mul(x, x), "multilinear", 1.0, lambda ex, x: ex.mul(x, x))
 for _n in ("silu", "gelu", "relu", "sigmoid"):
     _unary(_n, lambda ar, x, n=_n: ar.unary(n, x), "nonlax", 8, lambda ex, x, n=_n: ex.fn(n, x))
+
+
+def _attr_shape(*names):
+    """Shape rule of a unary op with scalar attributes: the operand's shape, once every
+    attribute is there (a mutation or a hand-built op without them is a shape error, not
+    a KeyError at evaluation)."""
+    def shape(s, attrs):
+        missing = [n for n in names if n not in attrs]
+        if missing:
+            raise ShapeError(f"needs the attribute(s) {', '.join(missing)}")
+        for n in names:
+            v = attrs[n]
+            if isinstance(v, bool) or not isinstance(v, Real):
+                raise ShapeError(f"{n} must be a real number, got {v!r} ({type(v).__name__})")
+            if not isfinite(float(v)):  # no inf/nan literal in MLIR's decimal float syntax
+                raise ShapeError(f"{n} must be finite, got {v!r}")
+        return tuple(s[0])
+    return shape
+
+
+# Mirage's clamp(A, min_val, max_val): min(max(x, min_val), max_val), torch.clamp's
+# semantics (min_val > max_val gives max_val everywhere). Not Lax: a random function of
+# its argument (keyed by the bounds) in the finite-field verifier.
+_register(OpDef("clamp", 1, ALL, _attr_shape("min_val", "max_val"),
+                lambda ar, xs, at, nb: ar.clamp(xs[0], at["min_val"], at["max_val"]), "nonlax", 2,
+                ("min_val", "max_val")), "unary")
+# Mirage's TBGraph.mul_scalar(A, scalar): x * scalar (linear: exact in the field when the
+# scalar is a rational the field represents, else a keyed random element, like constants)
+_register(OpDef("mul_scalar", 1, ALL, _attr_shape("scalar"),
+                lambda ar, xs, at, nb: ar.mul(xs[0], ar.const(at["scalar"], (1,) * len(ar.shape(xs[0])))),
+                "linear", 1, ("scalar",)), "unary")
 
 
 def _const_shape(s, attrs):
@@ -182,6 +231,51 @@ _register(OpDef("reduction", 1, KT, _reduce_shape, _reduce_eval("sum"), "linear"
                 absexpr=lambda ex, xs, sh, at: ex.sum(_reduced_size(sh, at), xs[0])), "reduction")
 _register(OpDef("reduce_max", 1, KT, _reduce_shape, _reduce_eval("max"), "nonlax", attrs=("dim",),
                 absexpr=lambda ex, xs, sh, at: ex.fn(f"max{_reduced_size(sh, at)}", xs[0])), "reduction")
+
+
+def _take(ar, x, axis: int, idx):
+    return ar.apply(lambda a: np.take(a, list(idx), axis=axis), x)
+
+
+def _cat(ar, xs, axis: int):
+    return ar.apply(lambda *a: np.concatenate(a, axis=axis), *xs)
+
+
+def running_max(ar, m, axis: int):
+    """Prefix maxima of `m` along `axis`, one step at a time through `ar.max`, so any
+    arithmetic's max applies (the finite-field one is a random total order)."""
+    n = ar.shape(m)[axis]
+    cur = _take(ar, m, axis, [0])
+    parts = [cur]
+    for k in range(1, n):
+        cur = ar.max(_cat(ar, [cur, _take(ar, m, axis, [k])], axis), axis)
+        parts.append(cur)
+    return parts[0] if n == 1 else _cat(ar, parts, axis)
+
+
+def _reduction_max_eval(ar, xs, attrs, nb):
+    """Mirage's TBGraph.reduction_max(A, dim) -> (max, diff), as its generated kernel
+    computes them: the max is a running maximum over the for-loop iterations so far (the
+    block's max of A along `dim` at this iteration and every earlier one), and diff is
+    the previous running max minus the new one (<= 0), 0 at the first iteration. Mirage's
+    kernel starts from the lowest float, so its first diff is 0 or a huge negative number;
+    either way exp(diff) multiplies an accumulator that is still 0 (forloop_accum_rescale).
+    Outside the loop (one iteration, or after an accumulator) this is the plain max and
+    diff is 0. The iteration axis is the last batch axis (nb - 1)."""
+    x = xs[0]
+    d = _norm_dim(attrs["dim"], len(ar.shape(x)) - nb)
+    m = ar.max(x, nb + d)
+    if nb:
+        m = running_max(ar, m, nb - 1)
+        n = ar.shape(m)[nb - 1]
+        prev = _take(ar, m, nb - 1, [0] + list(range(n - 1)))  # iteration 0 compares with itself: diff 0
+    else:
+        prev = m
+    return m, ar.sub(prev, m)
+
+
+_register(OpDef("reduction_max", 1, frozenset({"tb"}), _reduce_shape, _reduction_max_eval, "nonlax",
+                attrs=("dim",), results=2), "reduction")
 
 
 def _dimx_shape(s, attrs):
@@ -309,7 +403,54 @@ BINARY = named("binary")
 ELEMENTWISE = BINARY + UNARY
 
 
-# -- for-loop accumulators (tb level; not in OPS: the interpreter applies them) -----------
+# -- for-loop accumulators (tb level) ------------------------------------------------------
+
+RESCALE_ACCUMULATORS = ("none", "sum")
+
+
+def _rescale_shape(s, attrs):
+    kind = attrs.get("acc", "none")
+    if kind not in RESCALE_ACCUMULATORS:
+        raise ShapeError(f"rescale accumulator '{kind}' is not one of {', '.join(RESCALE_ACCUMULATORS)}")
+    a, r = s
+    out = tuple(a) if kind == "none" else tuple(a[:-1]) + (1,)
+    try:
+        bc = broadcast_shapes(out, r)
+    except ShapeError:
+        bc = None
+    if bc != out:
+        raise ShapeError(f"the rescale factor {list(r)} must broadcast to the accumulator's shape {list(out)}")
+    return out
+
+
+def _rescale_eval(ar, xs, attrs, nb):
+    """acc(-1) = 0, acc(k) = acc(k-1) * rescale(k) + x(k) over the iterations k on the last
+    batch axis (nb - 1; the caller repeats loop-invariant operands along it); `sum` first
+    sums x's last dim. With rescale = exp(diff) of `reduction_max` this is the online
+    softmax: every term ends up scaled by exp(its max - the final max)."""
+    x, r = _pad(ar, xs, nb)
+    if attrs.get("acc", "none") == "sum":
+        x = ar.sum(x, len(ar.shape(x)) - 1)
+    axis = nb - 1
+    acc = _take(ar, x, axis, [0])
+    for k in range(1, ar.shape(x)[axis]):
+        acc = ar.add(ar.mul(acc, _take(ar, r, axis, [k]) if ar.shape(r)[axis] > 1 else r),
+                     _take(ar, x, axis, [k]))
+    return acc
+
+
+# Mirage's TBGraph.forloop_accum_rescale(A, rescale, acc): a for-loop accumulator (ops after
+# it run once, after the loop) that rescales what it holds every iteration.
+_register(OpDef("forloop_accum_rescale", 2, frozenset({"tb"}), _rescale_shape, _rescale_eval, "multilinear",
+                attrs=("acc",)), "accumulator")
+
+
+def is_accumulator(kind: str) -> bool:
+    """Whether ops of this kind are for-loop accumulators (their result is final after the loop)."""
+    return kind == "forloop_accum" or (kind in OPS and OPS[kind].category == "accumulator")
+
+
+# `tb.forloop_accum <kind>` (not in OPS: the interpreter applies them).
 
 ACCUMULATORS = ("none", "sum", "mean", "rms", "max", "sum_todimx")
 NONLAX_ACCUMULATORS = frozenset({"max"})

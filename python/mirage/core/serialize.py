@@ -260,7 +260,9 @@ def _load_block_graph(data, dts: list, where: str) -> TBGraph:
             for t in _build_step(lambda: tb.thread_graph(xs, th), w):
                 env.add(t)
         else:
-            env.add(_build_step(lambda: _apply_table_op(tb, rec, xs, w), w))
+            t = _build_step(lambda: _apply_table_op(tb, rec, xs, w), w)
+            for r in t.producer.outputs:  # reduction_max defines two tensors
+                env.add(r)
     for k, rec in enumerate(_get(data, "outputs", where, list)):
         w = f"{where}.outputs[{k}]"
         s = env.ref(_get(rec, "tensor", w, int), f"{w}.tensor")

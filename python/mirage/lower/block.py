@@ -65,6 +65,25 @@ class KernelInfo:
     notes: dict = field(default_factory=dict)
 
 
+def unsupported(tb: TBGraph, kernel: str) -> None:
+    """Raise a LoweringError naming the op for block-graph ops this lowering cannot emit:
+    state carried across for-loop iterations other than tb.forloop_accum's, i.e. a
+    rescaling accumulator, or a running max (tb.reduction_max) that the loop updates."""
+    varying = tb.accum_counts()  # per tile: accumulators on the paths from loop-varying inputs
+    for j, op in enumerate(tb.ops):
+        if op.kind == "forloop_accum_rescale":
+            raise LoweringError(
+                f"[lowering] kernel {kernel}: tb.forloop_accum_rescale (#{j}, Mirage's online-softmax "
+                f"accumulator) has no GPU lowering yet; the interpreter and the verifier support it "
+                f"(docs/lowering.md)")
+        c = varying.get(id(op.inputs[0])) if op.kind == "reduction_max" else None
+        if tb.forloop_range > 1 and c is not None and c[1] == 0:  # changes from iteration to iteration
+            raise LoweringError(
+                f"[lowering] kernel {kernel}: tb.reduction_max (#{j}) inside a for-loop of "
+                f"{tb.forloop_range} iterations keeps a running max across them, which has no GPU "
+                f"lowering yet (outside the loop it lowers as reduce_max; docs/lowering.md)")
+
+
 def _split_axes(rank, dmap, loop_dim):
     per_dim = [[] for _ in range(rank)]
     for axis, d in enumerate(tuple(dmap) + (loop_dim,)):
@@ -318,6 +337,13 @@ class BlockLowering:
             return True
         if k in ("reduction", "reduce_max"):
             self.reduction(op, "addf" if k == "reduction" else "maximumf")
+            return True
+        if k == "reduction_max":
+            # run once (`unsupported` rejects it inside a loop of several iterations): the
+            # running max is this tile's max and the change (diff) is 0
+            self.reduction(op, "maximumf")
+            diff = op.outputs[1]
+            self.elementwise(diff.shape, lambda cs: self.write(diff, cs, e.f32(0.0)))
             return True
         if k == "reduction_to_dimx":
             a = op.inputs[0]

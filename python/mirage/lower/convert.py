@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..core.graph import KNGraph, Op, row_major_strides
-from .block import BlockLowering, KernelInfo
+from .block import BlockLowering, KernelInfo, unsupported
 from .kernel_plan import GlobalArg, KernelPlan, LoweringError, Options, choose_split
 from .predefined import default_block_graph
 
@@ -73,6 +73,7 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
     def emit(body, kname, ins, outs, args, notes):
         """Lower one kernel op (block graph `body`): one kernel, or with a split for-loop
         a partial kernel that folds the combine (or partial + combine kernels)."""
+        unsupported(body, kname)  # a clear error naming the op, before any planning
         split = choose_split(body, opts)
         if split > 1:
             ws_size = KernelPlan(body, ins, opts, "partial", split, False, kname).ws_size

@@ -507,7 +507,7 @@ class KernelPlan:
             x = op.inputs[0] if op.inputs else None
             if x is None or not x.shape:
                 continue
-            last = (op.kind == "rms_norm" or (op.kind in ("reduction", "reduce_max")
+            last = (op.kind == "rms_norm" or (op.kind in ("reduction", "reduce_max", "reduction_max")
                                               and op.attrs["dim"] % len(x.shape) == len(x.shape) - 1)
                     or (op.kind == "forloop_accum" and op.attrs["kind"] in ("sum", "mean", "rms")
                         and id(op) not in self.sum_regs))
@@ -527,7 +527,7 @@ class KernelPlan:
     def _colwise_dims(self):
         """(outputs, length) of every reduction over a dim other than the last."""
         for op in self.tb.ops:
-            if op.kind in ("reduction", "reduce_max"):
+            if op.kind in ("reduction", "reduce_max", "reduction_max"):
                 x = op.inputs[0]
                 d = op.attrs["dim"] % len(x.shape)
                 if d != len(x.shape) - 1:

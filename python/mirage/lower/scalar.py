@@ -3,8 +3,8 @@
 Every value is computed in f32 whatever the tensor element type; the result is
 rounded to the element type only when stored (as the reference interpreter's
 `native` mode rounds each tensor). Transcendentals use ops that lower without
-libdevice (`math.exp`, `math.sqrt` expand inline in the NVVM lowering); `erf` (for
-gelu) is the Abramowitz-Stegun 7.1.26 polynomial (|error| < 1.5e-7).
+libdevice (`math.exp`, `math.sqrt`, `math.powf` expand inline in the NVVM lowering);
+`erf` (for gelu) is the Abramowitz-Stegun 7.1.26 polynomial (|error| < 1.5e-7).
 """
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ from ..core import ops as O
 from .emitter import Emitter
 
 
-def unary(e: Emitter, name: str, x: str) -> str:
+def unary(e: Emitter, name: str, x: str, attrs: dict | None = None) -> str:
     one = e.f32(1.0)
+    if name == "clamp":  # min(max(x, lo), hi); NaN stays NaN, as in torch.clamp
+        return e.fbin("minimumf", e.fbin("maximumf", x, e.f32(attrs["min_val"])), e.f32(attrs["max_val"]))
+    if name == "mul_scalar":
+        return e.fbin("mulf", x, e.f32(attrs["scalar"]))
     if name == "exp":
         return e.op(f"math.exp {x} : f32", "f")
     if name == "sqrt":
@@ -49,6 +53,8 @@ def erf(e: Emitter, x: str) -> str:
 
 
 def binary(e: Emitter, name: str, a: str, b: str) -> str:
+    if name == "pow":  # the NVVM lowering expands math.powf inline (no libdevice call)
+        return e.op(f"math.powf {a}, {b} : f32", "f")
     return e.fbin({"add": "addf", "sub": "subf", "mul": "mulf", "div": "divf"}[name], a, b)
 
 
@@ -59,7 +65,7 @@ def apply(e: Emitter, name: str, args: list[str], attrs: dict) -> str:
     if name in BINARY:
         return binary(e, name, *args)
     if name in UNARY:
-        return unary(e, name, args[0])
+        return unary(e, name, args[0], attrs)
     if name == "constant":
         return e.f32(attrs["value"])
     raise NotImplementedError(f"operator '{name}' is not element-wise")

@@ -19,8 +19,9 @@ of an exponential is never read by a Lax program; it is a keyed affine map of x_
 non-Lax programs still evaluate deterministically); sqrt(x) = x^((m+1)/4) mod m in each
 component (m ∈ {p, q}): a square root of every quadratic residue and a multiplicative
 map on the whole field, so sqrt(ab) = sqrt(a)sqrt(b) and sqrt(a/b) = sqrt(a)/sqrt(b)
-hold exactly. Non-Lax operators (silu, gelu, relu, sigmoid) are independent random
-functions (a keyed hash of the whole field value, keyed per trial and per operator);
+hold exactly. Non-Lax operators (silu, gelu, relu, sigmoid, clamp keyed by its bounds,
+pow of the pair of arguments) are independent random functions (a keyed hash of the whole
+field value, keyed per trial and per operator);
 max (reduce_max and the max accumulator) selects the element that is largest in a
 random total order (a keyed hash), which keeps max associative, commutative and
 idempotent, so re-associated maxima stay equal.
@@ -431,6 +432,19 @@ class FieldArith(Arith):
 
     def unary(self, name, a):
         hp, hq = self._hash(a.p, a.q if self.track_q else None, name)
+        return FV(hp, hq)
+
+    def pow(self, a, b):
+        """A random function of the pair (a, b): pow with a tensor exponent has no field
+        meaning (b is not an integer). The base's injective key (as in `_hash`) is
+        mixed, xored with the exponent's and mixed again: injective in each argument,
+        two distinct pairs collide with probability about 2^-64."""
+        def pack(v):
+            k = v.p.astype(np.uint64) << np.uint64(31)
+            return k | v.q.astype(np.uint64) if self.track_q else k
+        h = _mix(_mix(pack(a) ^ _key("uf2", "pow", self.seed)) ^ pack(b))
+        hp = (h % np.uint64(self.p)).astype(np.int64)
+        hq = (_mix(h ^ _GOLD) % np.uint64(self.q)).astype(np.int64) if self.track_q else None
         return FV(hp, hq)
 
     def round(self, v, d):

@@ -19,7 +19,7 @@ reports:
   multiplies the term count).
 * "atoms": results of operators the theorems do not cover — `sqrt` (a multiplicative
   power map in the field) and the non-Lax operators modelled as random functions
-  (silu, gelu, relu, sigmoid, reduce_max, the max accumulator). The bound treats each
+  (silu, gelu, relu, sigmoid, clamp, pow, reduce_max, reduction_max, the max accumulator). The bound treats each
   atom as a fresh variable and adds the probability that two different atom arguments
   collide (see `mirage.verify.equivalence.per_trial_bound`).
 """
@@ -128,6 +128,18 @@ def f_sum(a: Form, n: int) -> Form:
     kd_pow = CAP if a.kD > 1 and (n - 1) * a.kD.bit_length() > 100 else a.kD ** (n - 1)
     return Form(dN=_c(a.dN + (n - 1) * a.dD), dD=_c(n * a.dD), kN=_c(n * a.kN * kd_pow),
                 kD=_c(kd_pow * a.kD), dE=a.dE, ex=a.ex, **at)
+
+
+def f_pow(a: Form, n: int) -> Form:
+    """The product of n elements of this form (n >= 0), by repeated squaring of f_mul."""
+    out, base = CONST, a
+    while n:
+        if n & 1:
+            out = f_mul(out, base)
+        n >>= 1
+        if n:
+            base = f_mul(base, base)
+    return out
 
 
 def f_exp(a: Form) -> Form:
@@ -287,6 +299,9 @@ class _Walker:
             self.rep.uses_sqrt = True
             ns = attrs.get("normalized_shape") or in_shapes[0][-1:]
             f = f_div(fs[0], self.rms(fs[0], prod(ns), label, in_shapes[0][:len(in_shapes[0]) - len(ns)]))
+        elif kind == "mul_scalar":
+            # x * c: exact when the field represents c, else c is a random element (a variable)
+            f = f_mul(fs[0], CONST if const_is_exact(attrs["scalar"]) else VAR)
         elif kind in ("concat",):
             f = f_merge(*fs)
         elif kind in ("reshape", "transpose", "repeat"):
@@ -344,6 +359,10 @@ class _Walker:
                            f"forloop_accum<{op.attrs['kind']}>", n)
             if op.kind == "forloop_accum":
                 outs = [self.accum(op.attrs["kind"], xs[0], op.inputs[0].shape, tb, label)]
+            elif op.kind == "forloop_accum_rescale":
+                outs = [self.rescale_accum(op.attrs["acc"], xs[0], xs[1], op.inputs[0].shape, tb, label)]
+            elif op.kind == "reduction_max":
+                outs = self.running_max(xs[0], op, tb, label)
             elif op.kind == "thread_graph":
                 outs = self.thread(op.body, xs, label + " / ")
             else:
@@ -377,6 +396,27 @@ class _Walker:
         elif kind == "max":
             self.count_atoms(shape, loop=False)
         return self.combine([x], label, r)
+
+    def rescale_accum(self, kind: str, x: Info, r: Info, shape, tb, label: str) -> Info:
+        """acc = acc * r + x over L iterations = sum_k x_k * (r_{k+1} ... r_L): bounded as
+        L (times the summed last dim for `sum`) terms of x times L - 1 factors r."""
+        L = tb.forloop_range
+        n = L * (shape[-1] if kind == "sum" else 1)
+        f = f_sum(f_mul(x.form, f_pow(r.form, L - 1)), n)
+        return self.combine([x, r], label, f)
+
+    def running_max(self, x: Info, op, tb, label: str) -> list:
+        """tb.reduction_max: the running max along `dim` over this and the earlier
+        iterations (a max of up to dim x L elements: a random total order, no model-2
+        bound), and diff = previous max - new max."""
+        self.note_nonlax(label, "is not Lax (a running max, modelled as a random total order)")
+        n = op.inputs[0].shape[op.attrs["dim"]] * tb.forloop_range
+        shape = op.outputs[0].shape
+        f = x.form
+        m = replace(self.atom("max", [f_sum(f, n) if self.model == "random" else f], label, shape),
+                    m=_c(f.m * n + 1), uncovered=True)
+        self.count_atoms(shape)
+        return [self.combine([x], label, m), self.combine([x], label, f_add(m, m))]
 
     def thread(self, th, ins: list, prefix: str) -> list:
         self.in_thread = True

@@ -64,8 +64,9 @@ def replay(g: KNGraph, mutation: Mutation | None = None, dims: dict | None = Non
                 ins[c[1]] = env[id(mu.operand)]
             elif c[0] == "optype":
                 kind = c[1]
-                if kind == "reduce_max" or kind == "reduction":
-                    attrs = {"dim": attrs["dim"]}
+                # the new operator's own attributes only (clamp -> exp drops the bounds; exp ->
+                # clamp has none, which its shape rule rejects: an invalid mutant)
+                attrs = {k: v for k, v in attrs.items() if k in O.OPS[kind].attrs}
             elif c[0] == "drop":
                 return [ins[c[1]]]
             elif c[0] == "const":
@@ -74,7 +75,7 @@ def replay(g: KNGraph, mutation: Mutation | None = None, dims: dict | None = Non
                 attrs["dim"] = c[1]
         if kind == "constant":
             return [builder._op(kind, [], op.outputs[0].dtype, **attrs)]
-        return [builder._op(kind, ins, None, **attrs)]
+        return list(builder._op(kind, ins, None, **attrs).producer.outputs)  # reduction_max: two
 
     for n, op in enumerate(g.ops):
         ins = [env[id(t)] for t in op.inputs]
@@ -126,7 +127,7 @@ def _replay_block(op, n, ins, ng, env, mu, dims, grid, loop, dimx, table_op):
             for top in th.ops:
                 tenv[id(top.outputs[0])] = (nth.constant(top.attrs["value"], top.outputs[0].dtype)
                                             if top.kind == "constant" else
-                                            nth._op(top.kind, [tenv[id(t)] for t in top.inputs]))
+                                            nth._op(top.kind, [tenv[id(t)] for t in top.inputs], None, **top.attrs))
             for s in th.outputs:
                 nth.output(tenv[id(s)])
             outs = nt.thread_graph(xs, nth)
@@ -169,7 +170,8 @@ def _op_mutations(site, op, earlier) -> Iterator[Mutation]:
         for nv in (v * 2, v + 1.0, -v):
             yield Mutation(site, ("const", nv))
     for i, t in enumerate(op.inputs):
-        yield Mutation(site, ("drop", i))
+        if len(op.outputs) == 1:  # an op with two results has no operand to stand for both
+            yield Mutation(site, ("drop", i))
         for s in earlier:
             if s is not t and s.shape == t.shape:
                 yield Mutation(site, ("replace", i), s)

@@ -7,9 +7,9 @@ numpy object arrays of Z3 real terms, through the one interpreter
 - add/sub/mul/div/matmul/sums: real arithmetic; every divisor is assumed non-zero;
 - sqrt: an uninterpreted function constrained by sqrt(x) >= 0 and sqrt(x)^2 = x, with
   every sqrt argument assumed >= 0;
-- max, relu: exact (If terms);
-- exp, silu, gelu, sigmoid: uninterpreted functions (exp also positive), shared by both
-  graphs.
+- max, relu, clamp: exact (If terms);
+- exp, silu, gelu, sigmoid, pow (of both arguments): uninterpreted functions (exp also
+  positive), shared by both graphs.
 It asks Z3 for inputs where some output element differs: `unsat` = proved (under these
 semantics, for all real inputs with non-zero divisors), `sat` = refuted with the
 counterexample (inputs, and for uninterpreted functions the model's interpretation), or
@@ -115,6 +115,23 @@ class Z3Arith(Arith):
                 self._seen_sqrt.add(key)
                 self.side += [x >= 0, y >= 0, y * y == x]
         return out
+
+    def clamp(self, a, lo, hi):  # exact: min(max(x, lo), hi)
+        z3 = self.z3
+        lo_, hi_ = self.const(lo, ())[()], self.const(hi, ())[()]
+
+        def f(x):
+            m = z3.If(x > lo_, x, lo_)
+            return z3.If(m < hi_, m, hi_)
+        return self._map(f, a)
+
+    def pow(self, a, b):  # an uninterpreted function of both arguments
+        self.used_uf = True
+        if "pow" not in self.fns:
+            R = self.z3.RealSort()
+            self.fns["pow"] = self.z3.Function("pow", R, R, R)
+        f = self.fns["pow"]
+        return self._map(lambda x, y: f(x, y), a, b)
 
     def unary(self, name, a):
         if name == "relu":

@@ -86,3 +86,108 @@ func.func @nesting() {
   %c = tb.constant 1.0 : tensor<4xf16>
   return
 }
+
+// -----
+
+func.func @reduction_max_shape(%a: tensor<16x64xf16>) -> tensor<16x1xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x1xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    // expected-error @+1 {{[shape] the diff result's shape [16, 64] must equal the max result's shape [16, 1]}}
+    %m:2 = tb.reduction_max %t {dim = 1 : i64} : tensor<16x64xf16> -> (tensor<16x1xf16>, tensor<16x64xf16>)
+    tb.output %m#0 map <> : tensor<16x1xf16>
+  }
+  return %o : tensor<16x1xf16>
+}
+
+// -----
+
+func.func @reduction_max_dim(%a: tensor<16x64xf16>) -> tensor<16x1xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x1xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    // expected-error @+1 {{[shape] reduction dim 2 is out of range for operand shape [16, 64]}}
+    %m:2 = tb.reduction_max %t {dim = 2 : i64} : tensor<16x64xf16> -> (tensor<16x1xf16>, tensor<16x1xf16>)
+    tb.output %m#0 map <> : tensor<16x1xf16>
+  }
+  return %o : tensor<16x1xf16>
+}
+
+// -----
+
+func.func @rescale_kind(%a: tensor<16x256xf16>) -> tensor<16x1xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 4 dimx 1
+      : (tensor<16x256xf16>) -> tensor<16x1xf16> {
+  ^bb0(%a0: tensor<16x256xf16>):
+    %t = tb.input %a0 map <i -> 1> : tensor<16x256xf16> -> tensor<16x64xf16>
+    %m:2 = tb.reduction_max %t {dim = 1 : i64} : tensor<16x64xf16> -> (tensor<16x1xf16>, tensor<16x1xf16>)
+    // expected-error @+1 {{[accumulator] tb.forloop_accum_rescale takes the kinds none and sum, not 'mean'}}
+    %r = tb.forloop_accum_rescale mean %t, %m#1 : (tensor<16x64xf16>, tensor<16x1xf16>) -> tensor<16x1xf16>
+    tb.output %r map <> : tensor<16x1xf16>
+  }
+  return %o : tensor<16x1xf16>
+}
+
+// -----
+
+func.func @rescale_shape(%a: tensor<16x256xf16>) -> tensor<16x1xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 4 dimx 1
+      : (tensor<16x256xf16>) -> tensor<16x1xf16> {
+  ^bb0(%a0: tensor<16x256xf16>):
+    %t = tb.input %a0 map <i -> 1> : tensor<16x256xf16> -> tensor<16x64xf16>
+    %m:2 = tb.reduction_max %t {dim = 1 : i64} : tensor<16x64xf16> -> (tensor<16x1xf16>, tensor<16x1xf16>)
+    // expected-error @+1 {{[shape] result shape [16, 64] of rescale accumulator 'sum' must be [16, 1] for operand [16, 64]}}
+    %r = tb.forloop_accum_rescale sum %t, %m#1 : (tensor<16x64xf16>, tensor<16x1xf16>) -> tensor<16x64xf16>
+    tb.output %r map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x1xf16>
+}
+
+// -----
+
+func.func @rescale_factor(%a: tensor<16x256xf16>) -> tensor<16x1xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 4 dimx 1
+      : (tensor<16x256xf16>) -> tensor<16x1xf16> {
+  ^bb0(%a0: tensor<16x256xf16>):
+    %t = tb.input %a0 map <i -> 1> : tensor<16x256xf16> -> tensor<16x64xf16>
+    // expected-error @+1 {{[shape] the rescale factor's shape [16, 64] must broadcast to the accumulator's shape [16, 1]}}
+    %r = tb.forloop_accum_rescale sum %t, %t : (tensor<16x64xf16>, tensor<16x64xf16>) -> tensor<16x1xf16>
+    tb.output %r map <> : tensor<16x1xf16>
+  }
+  return %o : tensor<16x1xf16>
+}
+
+// -----
+
+// A rescaling accumulator counts for the [accumulator] rule like tb.forloop_accum.
+func.func @rescale_accumulator(%a: tensor<16x256xf16>) -> tensor<16x1xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 4 dimx 1
+      : (tensor<16x256xf16>) -> tensor<16x1xf16> {
+  ^bb0(%a0: tensor<16x256xf16>):
+    %t = tb.input %a0 map <i -> 1> : tensor<16x256xf16> -> tensor<16x64xf16>
+    %m:2 = tb.reduction_max %t {dim = 1 : i64} : tensor<16x64xf16> -> (tensor<16x1xf16>, tensor<16x1xf16>)
+    %r = tb.forloop_accum_rescale sum %t, %m#1 : (tensor<16x64xf16>, tensor<16x1xf16>) -> tensor<16x1xf16>
+    %s = tb.add %r, %m#0 : (tensor<16x1xf16>, tensor<16x1xf16>) -> tensor<16x1xf16>
+    // expected-error @+1 {{[accumulator] with forloop 4, a path from a loop-varying tb.input to tb.output #0 passes no tb.forloop_accum}}
+    tb.output %s map <> : tensor<16x1xf16>
+  }
+  return %o : tensor<16x1xf16>
+}
+
+// -----
+
+func.func @rescale_twice(%a: tensor<16x256xf16>) -> tensor<16x1xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 4 dimx 1
+      : (tensor<16x256xf16>) -> tensor<16x1xf16> {
+  ^bb0(%a0: tensor<16x256xf16>):
+    %t = tb.input %a0 map <i -> 1> : tensor<16x256xf16> -> tensor<16x64xf16>
+    %m:2 = tb.reduction_max %t {dim = 1 : i64} : tensor<16x64xf16> -> (tensor<16x1xf16>, tensor<16x1xf16>)
+    %r = tb.forloop_accum_rescale sum %t, %m#1 : (tensor<16x64xf16>, tensor<16x1xf16>) -> tensor<16x1xf16>
+    // expected-error @+1 {{[accumulator] a path from a tb.input passes two tb.forloop_accum ops}}
+    %s = tb.forloop_accum none %r : tensor<16x1xf16> -> tensor<16x1xf16>
+    tb.output %s map <> : tensor<16x1xf16>
+  }
+  return %o : tensor<16x1xf16>
+}

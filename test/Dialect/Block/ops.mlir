@@ -154,3 +154,44 @@ func.func @loop_invariant_input(%x: tensor<16x4096xf16>, %g: tensor<16x1xf16>) -
   }
   return %o : tensor<16x1xf16>
 }
+
+// -----
+
+// Online softmax (Mirage's group-query attention with reduction_max and the rescaling
+// accumulators), and the element-wise clamp / mul_scalar / pow on tiles.
+// CHECK-LABEL: func.func @online_softmax
+func.func @online_softmax(%q: tensor<2x64x16xf16>, %k: tensor<2x16x128xf16>, %v: tensor<2x128x16xf16>)
+    -> (tensor<2x64x64xf16>, tensor<2x64x4xf16>, tensor<2x64x4xf16>) {
+  %o:3 = kn.graph_def (%q, %k, %v) grid [2, 4, 4] block [128, 1, 1] forloop 4 dimx 64
+      : (tensor<2x64x16xf16>, tensor<2x16x128xf16>, tensor<2x128x16xf16>)
+      -> (tensor<2x64x64xf16>, tensor<2x64x4xf16>, tensor<2x64x4xf16>) {
+  ^bb0(%q0: tensor<2x64x16xf16>, %k0: tensor<2x16x128xf16>, %v0: tensor<2x128x16xf16>):
+    %bq = tb.input %q0 map <x -> 0, z -> 1> : tensor<2x64x16xf16> -> tensor<1x16x16xf16>
+    %bk = tb.input %k0 map <x -> 0, y -> 2, i -> 2> : tensor<2x16x128xf16> -> tensor<1x16x8xf16>
+    %bv = tb.input %v0 map <x -> 0, y -> 1, i -> 1> : tensor<2x128x16xf16> -> tensor<1x8x16xf16>
+    %a0 = tb.matmul %bq, %bk : (tensor<1x16x16xf16>, tensor<1x16x8xf16>) -> tensor<1x16x8xf16>
+    // CHECK: tb.clamp %{{.*}} min -30.0 max 30.0 : tensor<1x16x8xf16> -> tensor<1x16x8xf16>
+    %a1 = tb.clamp %a0 min -30.0 max 30.0 : tensor<1x16x8xf16> -> tensor<1x16x8xf16>
+    // CHECK: %[[A:.*]] = tb.mul_scalar %{{.*}}, 0.25 : tensor<1x16x8xf16> -> tensor<1x16x8xf16>
+    %a = tb.mul_scalar %a1, 0.25 : tensor<1x16x8xf16> -> tensor<1x16x8xf16>
+    // CHECK: %[[M:.*]], %[[D:.*]] = tb.reduction_max %[[A]] {dim = 2 : i64} : tensor<1x16x8xf16> -> (tensor<1x16x1xf16>, tensor<1x16x1xf16>)
+    %m:2 = tb.reduction_max %a {dim = 2 : i64} : tensor<1x16x8xf16> -> (tensor<1x16x1xf16>, tensor<1x16x1xf16>)
+    // CHECK: tb.sub %[[A]], %[[M]] :
+    %s = tb.sub %a, %m#0 : (tensor<1x16x8xf16>, tensor<1x16x1xf16>) -> tensor<1x16x8xf16>
+    %e = tb.exp %s : tensor<1x16x8xf16> -> tensor<1x16x8xf16>
+    // CHECK: %[[R:.*]] = tb.exp %[[D]] :
+    %r = tb.exp %m#1 : tensor<1x16x1xf16> -> tensor<1x16x1xf16>
+    %p = tb.matmul %e, %bv : (tensor<1x16x8xf16>, tensor<1x8x16xf16>) -> tensor<1x16x16xf16>
+    // CHECK: tb.forloop_accum_rescale none %{{.*}}, %[[R]] : (tensor<1x16x16xf16>, tensor<1x16x1xf16>) -> tensor<1x16x16xf16>
+    %o1 = tb.forloop_accum_rescale none %p, %r : (tensor<1x16x16xf16>, tensor<1x16x1xf16>) -> tensor<1x16x16xf16>
+    // CHECK: tb.forloop_accum_rescale sum %{{.*}}, %[[R]] : (tensor<1x16x8xf16>, tensor<1x16x1xf16>) -> tensor<1x16x1xf16>
+    %o2 = tb.forloop_accum_rescale sum %e, %r : (tensor<1x16x8xf16>, tensor<1x16x1xf16>) -> tensor<1x16x1xf16>
+    // CHECK: tb.forloop_accum max %[[M]] : tensor<1x16x1xf16> -> tensor<1x16x1xf16>
+    %o3 = tb.forloop_accum max %m#0 : tensor<1x16x1xf16> -> tensor<1x16x1xf16>
+    %o4 = tb.pow %o1, %o2 : (tensor<1x16x16xf16>, tensor<1x16x1xf16>) -> tensor<1x16x16xf16>
+    tb.output %o4 map <x -> 0, y -> 2, z -> 1> : tensor<1x16x16xf16>
+    tb.output %o2 map <x -> 0, y -> 2, z -> 1> : tensor<1x16x1xf16>
+    tb.output %o3 map <x -> 0, y -> 2, z -> 1> : tensor<1x16x1xf16>
+  }
+  return %o#0, %o#1, %o#2 : tensor<2x64x64xf16>, tensor<2x64x4xf16>, tensor<2x64x4xf16>
+}

@@ -55,3 +55,27 @@ func.func @smem(%a: tensor<128x1024xf16>) -> tensor<128x1024xf16> {
   }
   return %o : tensor<128x1024xf16>
 }
+
+// -----
+
+func.func @clamp_shape(%a: tensor<16x64xf16>) {
+  // expected-error @+1 {{[shape] result shape [16, 1] must equal the operand shape [16, 64]}}
+  %0 = kn.clamp %a min 0.0 max 1.0 : tensor<16x64xf16> -> tensor<16x1xf16>
+  return
+}
+
+// -----
+
+func.func @pow_shape(%a: tensor<16x64xf16>, %b: tensor<16x32xf16>) {
+  // expected-error @+1 {{[shape] operand shapes [16, 64] and [16, 32] do not broadcast}}
+  %0 = kn.pow %a, %b : (tensor<16x64xf16>, tensor<16x32xf16>) -> tensor<16x64xf16>
+  return
+}
+
+// -----
+
+func.func @mul_scalar_dtype(%a: tensor<16x64xf16>) {
+  // expected-error @+1 {{[dtype] result #0 has element type 'f32' but operand #0 has 'f16'}}
+  %0 = kn.mul_scalar %a, 2.0 : tensor<16x64xf16> -> tensor<16x64xf32>
+  return
+}

@@ -144,3 +144,18 @@ func.func @graph_def_two_outputs(%a: tensor<8x64xf16> {kn.strides = array<i64: 6
   }
   return %r#0, %r#1 : tensor<8x64xf32>, tensor<8x1xf16>
 }
+
+// -----
+
+// Mirage's clamp, pow and mul_scalar at the kernel level; the scalars print in the
+// shortest exact form.
+// CHECK-LABEL: func.func @clamp_pow_mul_scalar
+func.func @clamp_pow_mul_scalar(%a: tensor<16x64xf16>, %b: tensor<1x64xf16>) -> tensor<16x64xf16> {
+  // CHECK: %[[C:.*]] = kn.clamp %{{.*}} min -1.5 max 6.0 : tensor<16x64xf16> -> tensor<16x64xf16>
+  %c = kn.clamp %a min -1.5 max 6.0 : tensor<16x64xf16> -> tensor<16x64xf16>
+  // CHECK: %[[P:.*]] = kn.pow %[[C]], %{{.*}} : (tensor<16x64xf16>, tensor<1x64xf16>) -> tensor<16x64xf16>
+  %p = kn.pow %c, %b : (tensor<16x64xf16>, tensor<1x64xf16>) -> tensor<16x64xf16>
+  // CHECK: kn.mul_scalar %[[P]], 1.0e-06 : tensor<16x64xf16> -> tensor<16x64xf16>
+  %m = kn.mul_scalar %p, 0.000001 : tensor<16x64xf16> -> tensor<16x64xf16>
+  return %m : tensor<16x64xf16>
+}

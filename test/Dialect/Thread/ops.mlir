@@ -63,3 +63,27 @@ func.func @f32_constant(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   }
   return %o : tensor<4x8xf32>
 }
+
+// -----
+
+// CHECK-LABEL: func.func @clamp_pow_mul_scalar
+func.func @clamp_pow_mul_scalar(%x: tensor<4x8xf16>, %y: tensor<4x8xf16>) -> tensor<4x8xf16> {
+  %o = kn.graph_def (%x, %y) grid [1, 1, 1] block [32, 1, 1] forloop 1 dimx 1
+      : (tensor<4x8xf16>, tensor<4x8xf16>) -> tensor<4x8xf16> {
+  ^bb0(%x0: tensor<4x8xf16>, %y0: tensor<4x8xf16>):
+    %a = tb.input %x0 map <> : tensor<4x8xf16> -> tensor<4x8xf16>
+    %b = tb.input %y0 map <> : tensor<4x8xf16> -> tensor<4x8xf16>
+    %r = tb.thread_graph (%a, %b) : (tensor<4x8xf16>, tensor<4x8xf16>) -> tensor<4x8xf16> {
+    ^bb0(%p: f16, %q: f16):
+      // CHECK: %[[C:.*]] = th.clamp %{{.*}} min 0.0 max 6.0 : f16
+      %0 = th.clamp %p min 0.0 max 6.0 : f16
+      // CHECK: %[[P:.*]] = th.pow %[[C]], %{{.*}} : f16
+      %1 = th.pow %0, %q : f16
+      // CHECK: th.mul_scalar %[[P]], 0.125 : f16
+      %2 = th.mul_scalar %1, 0.125 : f16
+      th.yield %2 : f16
+    }
+    tb.output %r map <> : tensor<4x8xf16>
+  }
+  return %o : tensor<4x8xf16>
+}

@@ -162,6 +162,57 @@ LogicalResult ForloopAccumOp::verify() {
   return success();
 }
 
+LogicalResult ForloopAccumRescaleOp::verify() {
+  if (failed(verifyStaticShapes(getOperation())) ||
+      failed(verifySupportedDType(getOperation(), getInput(), "operand #0")) ||
+      failed(verifySupportedDType(getOperation(), getRescale(), "operand #1")) ||
+      failed(verifySupportedDType(getOperation(), getResult(), "result #0")))
+    return failure();
+  Type et = cast<RankedTensorType>(getInput().getType()).getElementType();
+  Type rt = cast<RankedTensorType>(getRescale().getType()).getElementType();
+  if (et != rt)
+    return emitError() << "[dtype] the rescale factor has element type " << rt
+                       << " but the accumulated operand has " << et;
+  if (getKind() != AccumKind::None && getKind() != AccumKind::Sum)
+    return emitError() << "[accumulator] tb.forloop_accum_rescale takes the kinds "
+                          "none and sum, not '"
+                       << stringifyAccumKind(getKind()) << "'";
+  ArrayRef<int64_t> a = shapeOf(getInput()), r = shapeOf(getResult());
+  if (a.empty())
+    return emitError()
+           << "[shape] the operand of tb.forloop_accum_rescale must have rank >= 1";
+  SmallVector<int64_t> expect(a);
+  if (getKind() == AccumKind::Sum)
+    expect.back() = 1;
+  if (r != ArrayRef<int64_t>(expect))
+    return emitError() << "[shape] result shape " << formatShape(r)
+                       << " of rescale accumulator '" << stringifyAccumKind(getKind())
+                       << "' must be " << formatShape(expect) << " for operand "
+                       << formatShape(a);
+  // the factor scales what is accumulated: it may broadcast, never widen it
+  ArrayRef<int64_t> f = shapeOf(getRescale());
+  auto bc = broadcastShapes(expect, f);
+  if (!bc || ArrayRef<int64_t>(*bc) != ArrayRef<int64_t>(expect))
+    return emitError() << "[shape] the rescale factor's shape " << formatShape(f)
+                       << " must broadcast to the accumulator's shape "
+                       << formatShape(expect);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// ReductionMaxOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReductionMaxOp::verify() {
+  if (failed(verifyReduction(getOperation(), getDim())))
+    return failure();
+  if (shapeOf(getDiff()) != shapeOf(getMax()))
+    return emitError() << "[shape] the diff result's shape " << formatShape(shapeOf(getDiff()))
+                       << " must equal the max result's shape "
+                       << formatShape(shapeOf(getMax()));
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // ThreadGraphOp
 //===----------------------------------------------------------------------===//

@@ -187,7 +187,7 @@ LogicalResult GraphDefOp::verifyRegions() {
         } else {
           for (Value v : op.getOperands())
             m |= mask.lookup(v);
-          if (isa<tb::ForloopAccumOp>(op))
+          if (isa<tb::ForloopAccumOp, tb::ForloopAccumRescaleOp>(op))
             m = shift(m);
         }
         for (Value r : op.getResults())
@@ -203,11 +203,12 @@ LogicalResult GraphDefOp::verifyRegions() {
   llvm::DenseMap<Value, unsigned> varying = countPaths(true);
   auto get = [&](Value v) { return all.lookup(v); };
   for (Operation &op : body) {
-    if (auto acc = dyn_cast<tb::ForloopAccumOp>(op)) {
-      if (get(acc.getResult()) & 4)
-        return acc.emitError()
+    if (isa<tb::ForloopAccumOp, tb::ForloopAccumRescaleOp>(op)) {
+      if (get(op.getResult(0)) & 4)
+        return op.emitError()
                << "[accumulator] a path from a tb.input passes two tb.forloop_accum "
-                  "ops (this one and another before it)";
+                  "ops (for-loop accumulators, tb.forloop_accum_rescale included: "
+                  "this one and another before it)";
     }
   }
   int64_t forloop = getForloopRange();

@@ -96,6 +96,7 @@ def Block_AddOp : Block_BinaryOp<"add", "addition">;
 def Block_SubOp : Block_BinaryOp<"sub", "subtraction">;
 def Block_MulOp : Block_BinaryOp<"mul", "multiplication">;
 def Block_DivOp : Block_BinaryOp<"div", "division">;
+def Block_PowOp : Block_BinaryOp<"pow", "power `lhs ** rhs`">;
 
 class Block_UnaryOp<string mnemonic, string what>
     : Block_Op<mnemonic, [InGraphDef, Pure]> {
@@ -129,6 +130,55 @@ def Block_SiluOp : Block_UnaryOp<"silu", "SiLU `x*sigmoid(x)`">;
 def Block_GeluOp : Block_UnaryOp<"gelu", "GELU">;
 def Block_ReluOp : Block_UnaryOp<"relu", "ReLU `max(x, 0)`">;
 def Block_SigmoidOp : Block_UnaryOp<"sigmoid", "logistic sigmoid `1/(1+exp(-x))`">;
+
+def Block_ClampOp : Block_Op<"clamp", [InGraphDef, Pure]> {
+  let summary = "element-wise clamp of a tile to [min, max]";
+  let description = [{
+    As `kn.clamp`, on a shared-memory tile: `min(max(x, min_val), max_val)`.
+
+    Example:
+
+    ```mlir
+    %r = tb.clamp %a min 0.0 max 6.0 : tensor<16x64xf16> -> tensor<16x64xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$input, Mirage_ScalarValue:$min_val,
+                       Mirage_ScalarValue:$max_val);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "$input `min` custom<ScalarValue>($min_val) `max` "
+                       "custom<ScalarValue>($max_val) attr-dict `:` type($input) "
+                       "`->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyElementwiseUnary(getOperation());
+    }
+  }];
+}
+
+def Block_MulScalarOp : Block_Op<"mul_scalar", [InGraphDef, Pure]> {
+  let summary = "multiplication of a tile by a scalar";
+  let description = [{
+    As `kn.mul_scalar`, on a shared-memory tile: `x * scalar` (Mirage's
+    `TBGraph.mul_scalar`).
+
+    Example:
+
+    ```mlir
+    %r = tb.mul_scalar %a, 0.125 : tensor<16x64xf16> -> tensor<16x64xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$input, Mirage_ScalarValue:$scalar);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "$input `,` custom<ScalarValue>($scalar) attr-dict `:` "
+                       "type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyElementwiseUnary(getOperation());
+    }
+  }];
+}
 
 def Block_MatmulOp : Block_Op<"matmul", [InGraphDef, Pure]> {
   let summary = "batched matrix multiplication of tiles";
@@ -202,6 +252,30 @@ class Block_ReduceOp<string mnemonic, string what>
 
 def Block_ReductionOp : Block_ReduceOp<"reduction", "Sum">;
 def Block_ReduceMaxOp : Block_ReduceOp<"reduce_max", "Maximum">;
+
+def Block_ReductionMaxOp : Block_Op<"reduction_max", [InGraphDef, Pure]> {
+  let summary = "running maximum of a tile along one dim, and its change (online softmax)";
+  let description = [{
+    Mirage's `reduction_max(A, dim)`: `max` is the maximum along `dim` (kept as a
+    dim of size 1) of this iteration's tile and of every earlier for-loop
+    iteration's (a running maximum, per block); `diff` is the previous running
+    maximum minus the new one (≤ 0), and 0 at the first iteration. Outside the
+    for-loop (one iteration, or after an accumulator) `max` is the tile's maximum
+    and `diff` is 0. `exp(diff)` is the factor that rescales what
+    `tb.forloop_accum_rescale` has accumulated so far.
+
+    Example:
+
+    ```mlir
+    %m:2 = tb.reduction_max %a {dim = 2 : i64} : tensor<1x64x16xf16> -> (tensor<1x64x1xf16>, tensor<1x64x1xf16>)
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$input, I64Attr:$dim);
+  let results = (outs Mirage_Tensor:$max, Mirage_Tensor:$diff);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` `(` type($max) `,` "
+                       "type($diff) `)`";
+  let hasVerifier = 1;
+}
 
 def Block_ConcatOp : Block_Op<"concat", [InGraphDef, Pure]> {
   let summary = "concatenation of two tiles along one dim";
@@ -299,6 +373,30 @@ def Block_ForloopAccumOp : Block_Op<"forloop_accum", [InGraphDef, Pure]> {
   let arguments = (ins Block_AccumKind:$kind, Mirage_Tensor:$input);
   let results = (outs Mirage_Tensor:$result);
   let assemblyFormat = "$kind $input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Block_ForloopAccumRescaleOp : Block_Op<"forloop_accum_rescale", [InGraphDef, Pure]> {
+  let summary = "for-loop accumulator that rescales what it holds (online softmax)";
+  let description = [{
+    Mirage's `forloop_accum_rescale(A, rescale, acc)`: every iteration
+    `acc = acc * rescale + A` (acc starts at 0), with `A`'s last dim first summed
+    to 1 for kind `sum`; kind `none` keeps `A`'s shape. Only the kinds `none` and
+    `sum` exist. `rescale` broadcasts to the result's shape (typically one factor
+    per row, `exp(diff)` of `tb.reduction_max`). An accumulator: ops after it run
+    once, after the loop, and it counts as one for the `[accumulator]` rule.
+
+    Example:
+
+    ```mlir
+    %o = tb.forloop_accum_rescale sum %e, %s : (tensor<1x64x16xf16>, tensor<1x64x1xf16>) -> tensor<1x64x1xf16>
+    ```
+  }];
+  let arguments = (ins Block_AccumKind:$kind, Mirage_Tensor:$input,
+                       Mirage_Tensor:$rescale);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "$kind $input `,` $rescale attr-dict `:` `(` type($input) `,` "
+                       "type($rescale) `)` `->` type($result)";
   let hasVerifier = 1;
 }
 

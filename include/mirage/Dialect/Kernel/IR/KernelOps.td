@@ -42,6 +42,7 @@ def Kernel_AddOp : Kernel_BinaryOp<"add", "addition">;
 def Kernel_SubOp : Kernel_BinaryOp<"sub", "subtraction">;
 def Kernel_MulOp : Kernel_BinaryOp<"mul", "multiplication">;
 def Kernel_DivOp : Kernel_BinaryOp<"div", "division">;
+def Kernel_PowOp : Kernel_BinaryOp<"pow", "power `lhs ** rhs` (Mirage's `pow`)">;
 
 //===----------------------------------------------------------------------===//
 // Element-wise unary ops
@@ -79,6 +80,58 @@ def Kernel_SiluOp : Kernel_UnaryOp<"silu", "SiLU `x*sigmoid(x)`">;
 def Kernel_GeluOp : Kernel_UnaryOp<"gelu", "GELU">;
 def Kernel_ReluOp : Kernel_UnaryOp<"relu", "ReLU `max(x, 0)`">;
 def Kernel_SigmoidOp : Kernel_UnaryOp<"sigmoid", "logistic sigmoid `1/(1+exp(-x))`">;
+
+def Kernel_ClampOp : Kernel_Op<"clamp", [Pure]> {
+  let summary = "element-wise clamp of a device tensor to [min, max]";
+  let description = [{
+    `min(max(x, min_val), max_val)` element-wise (Mirage's `clamp`, with
+    `torch.clamp`'s semantics: `min_val > max_val` gives `max_val`). The bounds
+    are `f64` attributes written after `min` and `max`; the result has the
+    operand's type.
+
+    Example:
+
+    ```mlir
+    %r = kn.clamp %a min -1.0 max 1.0 : tensor<16x4096xf16> -> tensor<16x4096xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$input, Mirage_ScalarValue:$min_val,
+                       Mirage_ScalarValue:$max_val);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "$input `min` custom<ScalarValue>($min_val) `max` "
+                       "custom<ScalarValue>($max_val) attr-dict `:` type($input) "
+                       "`->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyElementwiseUnary(getOperation());
+    }
+  }];
+}
+
+def Kernel_MulScalarOp : Kernel_Op<"mul_scalar", [Pure]> {
+  let summary = "multiplication of a device tensor by a scalar";
+  let description = [{
+    `x * scalar` element-wise (Mirage's `mul_scalar`); the scalar is an `f64`
+    attribute written after the operand. The result has the operand's type.
+
+    Example:
+
+    ```mlir
+    %r = kn.mul_scalar %a, 0.125 : tensor<16x4096xf16> -> tensor<16x4096xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$input, Mirage_ScalarValue:$scalar);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "$input `,` custom<ScalarValue>($scalar) attr-dict `:` "
+                       "type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyElementwiseUnary(getOperation());
+    }
+  }];
+}
 
 //===----------------------------------------------------------------------===//
 // Other pre-defined kernels

@@ -40,6 +40,7 @@ def Thread_AddOp : Thread_BinaryOp<"add", "addition">;
 def Thread_SubOp : Thread_BinaryOp<"sub", "subtraction">;
 def Thread_MulOp : Thread_BinaryOp<"mul", "multiplication">;
 def Thread_DivOp : Thread_BinaryOp<"div", "division">;
+def Thread_PowOp : Thread_BinaryOp<"pow", "power `lhs ** rhs`">;
 
 class Thread_UnaryOp<string mnemonic, string what>
     : Thread_Op<mnemonic, [InThreadGraph, Pure, SameOperandsAndResultType]> {
@@ -72,6 +73,53 @@ def Thread_SiluOp : Thread_UnaryOp<"silu", "SiLU `x*sigmoid(x)`">;
 def Thread_GeluOp : Thread_UnaryOp<"gelu", "GELU">;
 def Thread_ReluOp : Thread_UnaryOp<"relu", "ReLU `max(x, 0)`">;
 def Thread_SigmoidOp : Thread_UnaryOp<"sigmoid", "logistic sigmoid `1/(1+exp(-x))`">;
+
+def Thread_ClampOp : Thread_Op<"clamp", [InThreadGraph, Pure, SameOperandsAndResultType]> {
+  let summary = "scalar clamp to [min, max]";
+  let description = [{
+    `min(max(x, min_val), max_val)` (as `kn.clamp`); the result has the
+    operand's type.
+
+    Example:
+
+    ```mlir
+    %r = th.clamp %a min -1.0 max 1.0 : f16
+    ```
+  }];
+  let arguments = (ins AnyType:$input, Mirage_ScalarValue:$min_val,
+                       Mirage_ScalarValue:$max_val);
+  let results = (outs AnyType:$result);
+  let assemblyFormat = "$input `min` custom<ScalarValue>($min_val) `max` "
+                       "custom<ScalarValue>($max_val) attr-dict `:` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifySameSupportedDType(getOperation());
+    }
+  }];
+}
+
+def Thread_MulScalarOp : Thread_Op<"mul_scalar", [InThreadGraph, Pure, SameOperandsAndResultType]> {
+  let summary = "scalar multiplication by a constant";
+  let description = [{
+    `x * scalar` (as `kn.mul_scalar`); the result has the operand's type.
+
+    Example:
+
+    ```mlir
+    %r = th.mul_scalar %a, 0.125 : f16
+    ```
+  }];
+  let arguments = (ins AnyType:$input, Mirage_ScalarValue:$scalar);
+  let results = (outs AnyType:$result);
+  let assemblyFormat = "$input `,` custom<ScalarValue>($scalar) attr-dict `:` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifySameSupportedDType(getOperation());
+    }
+  }];
+}
 
 def Thread_ConstantOp : Thread_Op<"constant", [InThreadGraph, Pure]> {
   let summary = "a scalar constant";
