@@ -113,7 +113,7 @@ def work_items(gen: Generator) -> list:
 
 # the enumeration stops at this share of the time limit; the checks of the best candidates
 # (float64, then the formal verifier: seconds each at full size) take the rest
-ENUMERATION_SHARE = 0.75
+ENUMERATION_SHARE = 0.5
 
 def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Target = DEFAULT,
                   cache_dir: str | None = None, measure=None, checkpoint: str | None = None,
