@@ -1,0 +1,143 @@
+"""For-loop accumulators in shared memory, and a split for-loop's workspace:
+partials out, the last-arriving block's combine (or the combine kernel's).
+
+A mixin of `BlockLowering` (`lower/block.py`): its methods use the kernel's plan
+(`self.p`), emitter (`self.e`) and emit-time state."""
+from __future__ import annotations
+
+from math import prod
+
+from ...core.graph import Op
+from ..emitter import Idx
+from ..kernel_plan import LoweringError, _row_major
+
+
+class AccumulatorEmitter:
+    def accum_update(self, op: Op) -> None:
+        e = self.e
+        kind = op.attrs["kind"]
+        x = op.inputs[0]
+        sc = self.p.scratch[id(op)]
+        sv = self.scratch_views[id(op)]
+        if kind in ("none", "max"):
+            comb = "addf" if kind == "none" else "maximumf"
+
+            def body(cs):
+                off = e.dot(cs, _row_major(sc.shape))
+                e.store(e.fbin(comb, e.load(sv, sc.mtype, off, "f32"), self.read(x, cs, x.shape)), sv, sc.mtype, off, "f32")
+            self.elementwise(x.shape, body)
+        elif kind in ("sum", "mean", "rms"):
+            def fin(r, v):
+                e.store(e.fbin("addf", e.load(sv, sc.mtype, r, "f32"), v), sv, sc.mtype, r, "f32")
+            self.rowwise(x, "addf", kind == "rms", fin)
+        elif kind == "sum_todimx":
+            dimx = self.tb.reduction_dimx
+            L = x.shape[-1]
+
+            def body(cs):
+                j, args, res, close = e.for_iter(0, L // dimx, 1, [(e.f32(0.0), "f32")])
+                close([e.fbin("addf", args[0], self.read(x, list(cs[:-1]) + [e.add(e.mul(j, dimx), cs[-1])], x.shape))])
+                off = e.dot(cs, _row_major(sc.shape))
+                e.store(e.fbin("addf", e.load(sv, sc.mtype, off, "f32"), res[0]), sv, sc.mtype, off, "f32")
+            self.elementwise(sc.shape, body)
+        else:
+            raise LoweringError(f"[lowering] accumulator '{kind}' has no GPU lowering")
+
+    def accum_init(self, op: Op) -> None:
+        e = self.e
+        sc = self.p.scratch[id(op)]
+        sv = self.scratch_views[id(op)]
+        v = e.f32(float("-inf") if op.attrs["kind"] == "max" else 0.0)
+        self.elementwise(sc.shape, lambda cs: e.store(v, sv, sc.mtype, e.dot(cs, _row_major(sc.shape)), "f32"))
+
+    def accum_finish(self, op: Op) -> None:
+        e = self.e
+        kind = op.attrs["kind"]
+        sc = self.p.scratch[id(op)]
+        sv = self.scratch_views[id(op)]
+        out = op.outputs[0]
+        count = float(self.p.R * op.inputs[0].shape[-1])
+
+        def body(cs):
+            v = e.load(sv, sc.mtype, e.dot(cs, _row_major(sc.shape)), "f32")
+            self.write(out, cs, self.finish_mean_rms(kind, v, count))
+        self.elementwise(out.shape, body)
+
+    def ws_index(self, op: Op, split_idx: Idx, elem: Idx) -> Idx:
+        e = self.e
+        n = prod(op.outputs[0].shape)
+        nblocks = prod(self.tb.grid_dim)
+        return e.add(self.p.ws_off[id(op)], e.add(e.mul(e.add(e.mul(split_idx, nblocks), self.blin), n), elem))
+
+    def frags_to_ws(self, mm: Op, frags, op: Op) -> None:
+        e = self.e
+        M, K, N, MT, NT, T, tpw = self.p.mma_geometry(mm)
+        ws = self.ws
+        gq = e.div(self.lane, 4)
+        c0 = e.mul(e.rem(self.lane, 4), 2)
+        for (t, mt, nt), f in zip(self._frag_tiles(mm), frags):
+            with e.if_(e.cmp("ult", t, T)):
+                for h in (0, 1):
+                    row = e.add(e.add(e.mul(mt, 16), gq), 8 * h)
+                    with e.if_(e.cmp("ult", row, M)):
+                        for q in (0, 1):
+                            v = e.op(f"vector.extract {f}[{h}, {q}] : f32 from vector<2x2xf32>", "f")
+                            col = e.add(e.add(e.mul(nt, 8), c0), q)
+                            e.store(v, ws.name, ws.mtype, self.ws_index(op, self.sp, e.add(e.mul(row, N), col)), "f32")
+
+    def scratch_to_ws(self, op: Op) -> None:
+        e = self.e
+        sc = self.p.scratch[id(op)]
+        sv = self.scratch_views[id(op)]
+        ws = self.ws
+        e.barrier()
+
+        def body(cs):
+            i = e.dot(cs, _row_major(sc.shape))
+            e.store(e.load(sv, sc.mtype, i, "f32"), ws.name, ws.mtype, self.ws_index(op, self.sp, i), "f32")
+        self.elementwise(sc.shape, body)
+
+    def fold_combine(self, accs, post_ops) -> None:
+        """Last-block combine (threadFenceReduction pattern): every thread fences its
+        partials to device scope; thread 0 counts the block's arrival with an atomic add
+        on the group's counter; the block that arrives last fences again, sums the
+        partials of its group, finishes the accumulators, runs the epilogue and resets the
+        counter to 0 for the next launch (the runtime zeroes buffers once at allocation)."""
+        e = self.e
+        ws = self.ws
+        fence = 'llvm.inline_asm has_side_effects "fence.acq_rel.gpu;", "" : () -> ()'
+        e.line(fence)
+        e.barrier()
+        cnt = e.add(self.p.cnt_off, self.blin)
+        fm = self.p.flag.mtype
+        with e.if_(e.cmp("eq", self.tid, 0)):
+            old = e.op(f"memref.atomic_rmw addf {e.f32(1.0)}, {ws.name}[{e.idx(cnt)}] : (f32, {ws.mtype}) -> f32", "f")
+            e.store(old, self.flag_view, fm, 0, "f32")
+        e.barrier()
+        arrived = e.load(self.flag_view, fm, 0, "f32")
+        last = e.op(f"arith.cmpf oeq, {arrived}, {e.f32(float(self.split - 1))} : f32", "p")
+        with e.if_(last):
+            e.line(fence)
+            for op in accs:
+                self.combine_acc(op)
+            e.barrier()
+            self.epilogue(post_ops)
+            with e.if_(e.cmp("eq", self.tid, 0)):
+                e.store(e.f32(0.0), ws.name, ws.mtype, cnt, "f32")
+
+    def combine_acc(self, op: Op) -> None:
+        e = self.e
+        kind = op.attrs["kind"]
+        out = op.outputs[0]
+        ws = self.ws
+        comb = "maximumf" if kind == "max" else "addf"
+        init = e.f32(float("-inf") if kind == "max" else 0.0)
+        count = float(self.p.R * op.inputs[0].shape[-1])
+
+        def body(cs):
+            i = e.dot(cs, _row_major(out.shape))
+            j, args, res, close = e.for_iter(0, self.split, 1, [(init, "f32")])
+            close([e.fbin(comb, args[0], e.load(ws.name, ws.mtype, self.ws_index(op, j, i), "f32"))])
+            v = res[0]
+            self.write(out, cs, self.finish_mean_rms(kind, v, count))
+        self.elementwise(out.shape, body)

@@ -1,0 +1,192 @@
+"""Matmuls: tensor cores (ldmatrix + mma.sync m16n8k16, f16 and bf16), fragments kept
+in registers, fused unary ops and row sums on fragments, and the f32 FMA fallback.
+
+A mixin of `BlockLowering` (`lower/block.py`): its methods use the kernel's plan
+(`self.p`), emitter (`self.e`) and emit-time state."""
+from __future__ import annotations
+
+from ...core.graph import Op, STensor
+from .. import scalar
+
+
+class MatmulEmitter:
+    def matmul_generic(self, op: Op) -> None:
+        e = self.e
+        a, b = op.inputs
+        out = op.outputs[0]
+        K = a.shape[-1]
+
+        def body(cs):
+            k, args, res, close = e.for_iter(0, K, 1, [(e.f32(0.0), "f32")])
+            va = self.read(a, list(cs[:-1]) + [k], a.shape)
+            vb = self.read(b, list(cs[:-2]) + [k, cs[-1]], b.shape)
+            close([e.op(f"math.fma {va}, {vb}, {args[0]} : f32", "f")])
+            self.write(out, cs, res[0])
+        self.elementwise(out.shape, body)
+
+    def _frag_tiles(self, op: Op):
+        e = self.e
+        M, K, N, MT, NT, T, tpw = self.p.mma_geometry(op)
+        res = []
+        for j in range(tpw):
+            t = e.add(e.mul(self.warp, tpw), j)
+            tc = e.minui(t, T - 1)
+            res.append((t, e.div(tc, NT), e.rem(tc, NT)))
+        return res
+
+    def mma(self, op: Op, acc: list[str] | None) -> list[str]:
+        """C (+)= A @ B on the tensor cores; returns this warp's fragments. An A operand
+        kept in registers (`a_from_regs`) is taken from its fragments instead of ldmatrix."""
+        e = self.e
+        self.notes["mma"] += 1
+        a, b = op.inputs
+        M, K, N, MT, NT, T, tpw = self.p.mma_geometry(op)
+        areg = self.reg_vals.get(self.p.a_from_regs[id(op)]) if id(op) in self.p.a_from_regs else None
+        ta, tb_ = (None if areg else self.p.tiles[id(a)]), self.p.tiles[id(b)]
+        va, vb = (None if areg else self.views2d[id(a)]), self.views2d[id(b)]
+        elt = tb_.elt
+        tiles = self._frag_tiles(op)
+        zero = e.const("0.000000e+00", "vector<2x2xf32>")
+        init = acc or [zero] * tpw
+        arow = e.rem(self.lane, 16)
+        acol0 = e.mul(e.div(self.lane, 16), 8)
+
+        def step(k0, cs):
+            acol = e.add(k0, acol0)
+            brow = e.add(k0, arow)
+            outs = []
+            for jj, ((t, mt, nt), c) in enumerate(zip(tiles, cs)):
+                if areg is not None:
+                    fa = self.a_frag_from_regs(areg, jj // NT, k0 // 16, elt)
+                else:
+                    ar = e.add(e.mul(mt, 16), arow)
+                    fa = e.op(f"nvgpu.ldmatrix {va}[{e.idx(ar)}, {e.idx(ta.chunk_col(e, ar, acol))}] "
+                              f"{{numTiles = 4 : i32, transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa")
+                fb = e.op(f"nvgpu.ldmatrix {vb}[{e.idx(brow)}, {e.idx(tb_.chunk_col(e, brow, e.mul(nt, 8)))}] "
+                          f"{{numTiles = 2 : i32, transpose = true}} : {tb_.mtype2d} -> vector<2x2x{elt}>", "fb")
+                if elt == "bf16":
+                    outs.append(self.mma_bf16(fa, fb, c))
+                    continue
+                outs.append(e.op(f"nvgpu.mma.sync({fa}, {fb}, {c}) {{mmaShape = [16, 8, 16]}} : "
+                                 f"(vector<4x2x{elt}>, vector<2x2x{elt}>, vector<2x2xf32>) -> vector<2x2xf32>", "acc"))
+            return outs
+
+        nk = K // 16
+        if areg is not None or nk <= self.opts.unroll_k:
+            # unrolled, two independent accumulator chains (even / odd k-steps) per tile,
+            # so consecutive mma.sync do not wait on each other
+            chains = [list(init), [zero] * tpw] if nk > 1 else [list(init)]
+            for ks in range(nk):
+                c = chains[ks % len(chains)]
+                chains[ks % len(chains)] = step(ks * 16, c)
+            if len(chains) == 1:
+                return chains[0]
+            return [e.op(f"arith.addf {x}, {y} : vector<2x2xf32>", "acc") for x, y in zip(*chains)]
+        ks, args, res, close = e.for_iter(0, nk, 1, [(f, "vector<2x2xf32>") for f in init])
+        close(step(e.mul(ks, 16), args))
+        return res
+
+    def mma_bf16(self, fa: str, fb: str, c: str) -> str:
+        """D = A @ B + C, m16n8k16, bf16 operands, f32 accumulators, as inline PTX (the
+        fragments of nvgpu.ldmatrix: A 4 and B 2 registers of 2 x bf16, C 2x2 f32)."""
+        e = self.e
+
+        def regs(frag, n):
+            out = []
+            for i in range(n):
+                v = e.op(f"vector.extract {frag}[{i}] : vector<2xbf16> from vector<{n}x2xbf16>", "bv")
+                w = e.op(f"vector.bitcast {v} : vector<2xbf16> to vector<1xi32>", "bw")
+                out.append(e.op(f"vector.extract {w}[0] : i32 from vector<1xi32>", "br"))
+            return out
+
+        ra, rb = regs(fa, 4), regs(fb, 2)
+        rc = [e.op(f"vector.extract {c}[{h}, {q}] : f32 from vector<2x2xf32>", "f") for h in (0, 1) for q in (0, 1)]
+        st = "!llvm.struct<(f32, f32, f32, f32)>"
+        r = e.op('llvm.inline_asm has_side_effects "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 '
+                 '{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};", '
+                 '"=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f" '
+                 f'{", ".join(ra + rb + rc)} : ({", ".join(["i32"] * 6 + ["f32"] * 4)}) -> {st}', "mm")
+        d = [e.op(f"llvm.extractvalue {r}[{i}] : {st}", "f") for i in range(4)]
+        return e.op(f"vector.from_elements {', '.join(d)} : vector<2x2xf32>", "acc")
+
+    def frag_unary(self, mm: Op, u: Op, frags: list[str]) -> list:
+        """Apply the unary op `u` to the matmul's C fragments, rounding as the tiles would
+        (matmul result to its dtype, then u's result to its dtype); per fragment the four
+        values [h][q] as (rounded value, its f32)."""
+        e = self.e
+        s_elt, o_elt = mm.outputs[0].dtype.mlir, u.outputs[0].dtype.mlir
+        vals = []
+        for f in frags:
+            quad = []
+            for h in (0, 1):
+                for q in (0, 1):
+                    v = e.op(f"vector.extract {f}[{h}, {q}] : f32 from vector<2x2xf32>", "f")
+                    v = e.op(f"arith.extf {e.op(f'arith.truncf {v} : f32 to {s_elt}', 't')} : {s_elt} to f32", "f")
+                    r = e.op(f"arith.truncf {scalar.apply(e, u.kind, [v], u.attrs)} : f32 to {o_elt}", "t")
+                    quad.append((r, e.op(f"arith.extf {r} : {o_elt} to f32", "f")))
+            vals.append(quad)
+        return vals
+
+    def a_frag_from_regs(self, vals, rb: int, ks: int, elt: str) -> str:
+        """A operand (16x16, k-step ks) of row block rb of this warp from the C fragments of
+        the 16x8 tiles 2ks and 2ks+1: registers a0..a3 = (row g | g+8) x (k-half 0 | 1)."""
+        NT, vals = vals
+        t0, t1 = vals[rb * NT + 2 * ks], vals[rb * NT + 2 * ks + 1]
+        xs = [t0[0][0], t0[1][0], t0[2][0], t0[3][0], t1[0][0], t1[1][0], t1[2][0], t1[3][0]]
+        return self.e.op(f"vector.from_elements {', '.join(xs)} : vector<4x2x{elt}>", "fa")
+
+    def frag_row_sums(self, op: Op, vals) -> None:
+        """`sum` accumulator of a register tile: per row, the thread's values, then the 4
+        lanes of the quad (shuffles xor 1, 2); lane 4g adds rows g and g+8 of each row block
+        to the f32 scratch (each row is owned by one warp)."""
+        e = self.e
+        sc = self.p.scratch[id(op)]
+        sv = self.scratch_views[id(op)]
+        NT, vals = vals
+        rpw = len(vals) // NT
+        g = e.div(self.lane, 4)
+        lead = e.cmp("eq", e.rem(self.lane, 4), 0)
+        for rb in range(rpw):
+            for h in (0, 1):
+                v = None
+                for j in range(rb * NT, (rb + 1) * NT):
+                    for q in (0, 1):
+                        x = vals[j][2 * h + q][1]
+                        v = x if v is None else e.fbin("addf", v, x)
+                for s_ in (1, 2):
+                    sh = e.fresh("s")
+                    ok = e.fresh("ok")
+                    e.line(f"{sh}, {ok} = gpu.shuffle xor {v}, {e.const(s_, 'i32')}, {e.const(32, 'i32')} : f32")
+                    v = e.fbin("addf", v, sh)
+                row = e.add(e.mul(e.add(e.mul(self.warp, rpw), rb), 16), e.add(g, 8 * h))
+                with e.if_(lead):
+                    e.store(e.fbin("addf", e.load(sv, sc.mtype, row, "f32"), v), sv, sc.mtype, row, "f32")
+
+    def store_frags(self, op: Op, frags: list[str], out: STensor, scale=None) -> None:
+        """Write this warp's C fragments (rows < M) to tile `out`."""
+        e = self.e
+        M, K, N, MT, NT, T, tpw = self.p.mma_geometry(op)
+        tile = self.p.tiles[id(out)]
+        g = e.div(self.lane, 4)
+        c0 = e.mul(e.rem(self.lane, 4), 2)
+        for (t, mt, nt), f in zip(self._frag_tiles(op), frags):
+            valid = e.cmp("ult", t, T) if tpw * (self.p.nthreads // 32) > T else None
+            ctx = e.if_(valid) if valid else None
+            if ctx:
+                ctx.__enter__()
+            for h in (0, 1):
+                row = e.add(e.add(e.mul(mt, 16), g), 8 * h)
+                ok = e.cmp("ult", row, M) if MT * 16 > M else None
+                ctx2 = e.if_(ok) if ok else None
+                if ctx2:
+                    ctx2.__enter__()
+                for q in (0, 1):
+                    v = e.op(f"vector.extract {f}[{h}, {q}] : f32 from vector<2x2xf32>", "f")
+                    if scale is not None:
+                        v = scale(v)
+                    col = e.add(e.add(e.mul(nt, 8), c0), q)
+                    e.store(v, self.view(out), tile.mtype, tile.offset_rc(e, row, col), tile.elt)
+                if ctx2:
+                    ctx2.__exit__(None, None, None)
+            if ctx:
+                ctx.__exit__(None, None, None)
