@@ -59,6 +59,25 @@ class Pass:
         return out
 
 
+def functions(module) -> list:
+    """The `func.func` Operations of a module, in order (one per graph of `import_graphs`)."""
+    return [f.operation for f in module.regions[0].blocks[0].operations if f.operation.name == "func.func"]
+
+
+def import_graphs(module, pass_name: str) -> list:
+    """The module's functions as KNGraphs; MLIR the model cannot take (another dialect's
+    op, a broken model rule, a function returning nothing) is reported at the op at fault
+    and fails the pass."""
+    from . import diagnostics as D
+    from .core.mlir_import import MLIRImportError, parse_module
+
+    try:
+        return parse_module(module)
+    except MLIRImportError as e:
+        D.error(e.op if e.op is not None else module, f"{pass_name}: {e.reason}")
+        raise PassFailure(str(e)) from None
+
+
 PASS_MODULES = [
     "mirage.verify.verify_pass",
     "mirage.search.superoptimize_pass",

@@ -6,6 +6,7 @@ the builder API, so every Python-side validity check runs again on them.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 
 from .dtypes import dtype
 from .graph import KNGraph, TBGraph, THGraph, new_thread_graph
@@ -13,7 +14,32 @@ from .ops import ACCUMULATORS, OPS
 
 
 class MLIRImportError(ValueError):
-    """MLIR that has no μGraph meaning (an op of another dialect, say)."""
+    """MLIR that has no μGraph meaning (an op of another dialect, say), or that breaks a
+    rule of the model. `op` is the mlir Operation at fault (passes report `reason` at its
+    location); the message names it too, for callers of `parse_mlir` without MLIR."""
+
+    def __init__(self, reason: str, op=None):
+        self.reason, self.op = reason, op
+        super().__init__(f"{op.name} at {op.location}: {reason}" if op is not None else reason)
+
+
+# errors of the model's rules (GraphError is a ValueError, GraphTypeError a TypeError) and
+# of the bindings' attribute casts; anything else escaping the import is a bug
+_RULE_ERRORS = (ValueError, TypeError, OverflowError)
+
+
+@contextmanager
+def _at(op):
+    """Errors raised while importing `op` (and not already placed at an op inside it)
+    become MLIRImportErrors at `op`."""
+    try:
+        yield
+    except MLIRImportError as e:
+        if e.op is None:
+            raise MLIRImportError(e.reason, op) from None
+        raise
+    except _RULE_ERRORS as e:
+        raise MLIRImportError(str(e), op) from e
 
 
 def _context():
@@ -53,7 +79,7 @@ def _attr(op, *names):
     for n in names:
         if n in attrs:
             return attrs[n]
-    raise MLIRImportError(f"{op.name} at {op.location}: missing attribute {' or '.join(names)}")
+    raise MLIRImportError(f"missing attribute {' or '.join(names)}", op)
 
 
 _MAP_ENTRY = re.compile(r"([xyzi])\s*->\s*(-?\d+)")
@@ -107,7 +133,7 @@ class _Env(dict):
     """mlir Value (hashed by the underlying value) -> model tensor."""
 
     def __missing__(self, v):
-        raise MLIRImportError(f"value {v.get_name()} is used outside its graph")
+        raise MLIRImportError(f"value {v.get_name()} is used outside its graph")  # placed by _at
 
 
 def _import_thread_graph(op, env: _Env, tb: TBGraph):
@@ -117,14 +143,15 @@ def _import_thread_graph(op, env: _Env, tb: TBGraph):
     for a, s in zip(block.arguments, th.inputs):
         inner[a] = s
     for o in _ops(block):
-        name = o.name
-        if name == "th.yield":
-            for v in o.operands:
-                th.output(inner[v])
-            continue
-        if not name.startswith("th."):
-            raise MLIRImportError(f"{name} at {o.location}: not a thread-graph op")
-        inner[o.results[0]] = _apply(th, name[3:], o, [inner[v] for v in o.operands])
+        with _at(o):
+            name = o.name
+            if name == "th.yield":
+                for v in o.operands:
+                    th.output(inner[v])
+                continue
+            if not name.startswith("th."):
+                raise MLIRImportError(f"'{name}' is not a thread-graph op", o)
+            inner[o.results[0]] = _apply(th, name[3:], o, [inner[v] for v in o.operands])
     outs = tb.thread_graph([env[v] for v in op.operands], th)
     for r, t in zip(op.results, outs):
         env[r] = t
@@ -139,27 +166,28 @@ def _import_graph_def(op, env: _Env, g: KNGraph):
     inner = _Env()
     reads = []
     for o in _ops(block):
-        name = o.name
-        if name == "tb.input":
-            src = o.operands[0]
-            k = next((i for i, a in enumerate(args) if a == src), None)
-            if k is None:
-                raise MLIRImportError(f"tb.input at {o.location} must read a region argument")
-            imap, loop = parse_map(str(_attr(o, "map")))
-            inner[o.results[0]] = tb.new_input(dts[k], imap, loop)
-            reads.append(dts[k])
-        elif name == "tb.output":
-            omap, loop = parse_map(str(_attr(o, "map")))
-            tb.new_output(inner[o.operands[0]], omap, loop)
-        elif name == "tb.forloop_accum":
-            kind = ACCUMULATORS[_int(_attr(o, "kind"))]  # the ODS enum lists them in this order
-            inner[o.results[0]] = tb.forloop_accum(inner[o.operands[0]], None if kind == "none" else kind)
-        elif name == "tb.thread_graph":
-            _import_thread_graph(o, inner, tb)
-        elif name.startswith("tb."):
-            inner[o.results[0]] = _apply(tb, name[3:], o, [inner[v] for v in o.operands])
-        else:
-            raise MLIRImportError(f"{name} at {o.location}: not a block-graph op")
+        with _at(o):
+            name = o.name
+            if name == "tb.input":
+                src = o.operands[0]
+                k = next((i for i, a in enumerate(args) if a == src), None)
+                if k is None:
+                    raise MLIRImportError("tb.input must read a region argument", o)
+                imap, loop = parse_map(str(_attr(o, "map")))
+                inner[o.results[0]] = tb.new_input(dts[k], imap, loop)
+                reads.append(dts[k])
+            elif name == "tb.output":
+                omap, loop = parse_map(str(_attr(o, "map")))
+                tb.new_output(inner[o.operands[0]], omap, loop)
+            elif name == "tb.forloop_accum":
+                kind = ACCUMULATORS[_int(_attr(o, "kind"))]  # the ODS enum lists them in this order
+                inner[o.results[0]] = tb.forloop_accum(inner[o.operands[0]], None if kind == "none" else kind)
+            elif name == "tb.thread_graph":
+                _import_thread_graph(o, inner, tb)
+            elif name.startswith("tb."):
+                inner[o.results[0]] = _apply(tb, name[3:], o, [inner[v] for v in o.operands])
+            else:
+                raise MLIRImportError(f"'{name}' is not a block-graph op", o)
     outs = g.customized(reads, tb)
     for r, t in zip(op.results, outs):
         env[r] = t
@@ -168,8 +196,7 @@ def _import_graph_def(op, env: _Env, g: KNGraph):
 def _import_function(func) -> KNGraph:
     import mlir.ir as ir
 
-    name = ir.StringAttr(func.attributes["sym_name"]).value
-    g = KNGraph(name)
+    g = KNGraph(name_of(func))
     env = _Env()
     block = func.regions[0].blocks[0]
     arg_attrs = func.attributes["arg_attrs"] if "arg_attrs" in func.attributes else None
@@ -182,17 +209,31 @@ def _import_function(func) -> KNGraph:
                 strides = _i64s(d["kn.strides"])
         env[a] = g.new_input(shape, strides, dt)
     for op in _ops(block):
-        name = op.name
-        if name == "func.return":
-            for v in op.operands:
-                g.mark_output(env[v])
-        elif name == "kn.graph_def":
-            _import_graph_def(op, env, g)
-        elif name.startswith("kn.") and name[3:] in OPS:
-            env[op.results[0]] = _apply(g, name[3:], op, [env[v] for v in op.operands])
-        else:
-            raise MLIRImportError(f"{name} at {op.location}: not a kernel-graph op")
+        with _at(op):
+            name = op.name
+            if name == "func.return":
+                if not op.operands:  # the model (and every pass) needs an output
+                    raise MLIRImportError(f"function @{name_of(func)} returns nothing: a μGraph needs at "
+                                          f"least one output", op)
+                for v in op.operands:
+                    g.mark_output(env[v])
+            elif name == "kn.graph_def":
+                _import_graph_def(op, env, g)
+            elif name.startswith("kn.") and name[3:] in OPS:
+                env[op.results[0]] = _apply(g, name[3:], op, [env[v] for v in op.operands])
+            elif name.startswith("tosa."):
+                raise MLIRImportError(f"'{name}' is a TOSA op, not a kernel-graph op: run --convert-tosa-to-kn "
+                                      f"first (ops it cannot express stay TOSA and cannot be optimized)", op)
+            else:
+                raise MLIRImportError(f"'{name}' is not a kernel-graph op", op)
     return g
+
+
+def name_of(func) -> str:
+    """The symbol name of a `func.func` Operation."""
+    import mlir.ir as ir
+
+    return ir.StringAttr(func.attributes["sym_name"]).value
 
 
 def parse_mlir(source) -> list[KNGraph]:
@@ -205,11 +246,13 @@ def parse_mlir(source) -> list[KNGraph]:
     else:
         op = getattr(source, "operation", source)
     graphs = []
-    cap = op.attributes["kn.smem_capacity"] if "kn.smem_capacity" in op.attributes else None
+    with _at(op):
+        cap = _int(op.attributes["kn.smem_capacity"]) if "kn.smem_capacity" in op.attributes else None
     for f in _ops(op.regions[0].blocks[0]):
         if f.name == "func.func":
-            g = _import_function(f)
-            g.smem_capacity = _int(cap) if cap is not None else None
+            with _at(f):  # the arguments' rules (dtypes, sizes, strides)
+                g = _import_function(f)
+            g.smem_capacity = cap
             graphs.append(g)
     return graphs
 

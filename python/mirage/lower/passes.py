@@ -15,29 +15,24 @@ from __future__ import annotations
 import json
 
 from .. import diagnostics as D
-from ..passes import Option, Pass, PassFailure, parse_bool, register
+from ..passes import Option, Pass, PassFailure, functions, import_graphs, parse_bool, register
 from .kernel_plan import LoweringError, Options
 
 
 def _lower_module(module, opts: Options) -> None:
     import mlir.ir as ir
 
-    from ..core.mlir_import import parse_mlir
     from .convert import convert
 
-    try:
-        graphs = parse_mlir(module)
-    except Exception as e:
-        D.error(module, f"[lowering] cannot read the μGraph: {e}")
-        raise PassFailure() from None
+    graphs = import_graphs(module, "convert-mirage-to-gpu")
     if not graphs:
         return
     gpu_modules = []
-    for g in graphs:
+    for f, g in zip(functions(module), graphs):
         try:
             low = convert(g, Options(**vars(opts)))
         except (LoweringError, NotImplementedError) as e:
-            D.error(module, f"[lowering] function @{g.name}: {e}")
+            D.error(f, f"[lowering] function @{g.name}: {e}")
             raise PassFailure() from None
         plan = {"function": g.name, "graph_hash": low.graph_hash, "inputs": low.inputs,
                 "outputs": low.outputs, "buffers": low.buffers,

@@ -18,19 +18,17 @@ Leaving a pass out of the pipeline is the ablation switch (paper Figure 12).
 from __future__ import annotations
 
 from .. import diagnostics as D
-from ..passes import Option, Pass, PassFailure, parse_bool, register
+from ..passes import Option, Pass, PassFailure, functions, import_graphs, parse_bool, register
 from .layout import select_layouts
 from .plan import SmemCapacityError
 from .schedule import schedule
 from .smem import plan_smem
 
 
-def _graph_defs(module):
+def _graph_defs(module, pass_name: str):
     """[(graph_def mlir op, KNGraph, index of the graph_def in g.ops)] in module order."""
-    from ..core.mlir_import import parse_module
-
-    graphs = parse_module(module)
-    funcs = [f for f in module.regions[0].blocks[0].operations if _name(f) == "func.func"]
+    graphs = import_graphs(module, pass_name)
+    funcs = functions(module)
     out = []
     for f, g in zip(funcs, graphs):
         mlir_defs = [o.operation for o in f.regions[0].blocks[0].operations
@@ -115,7 +113,7 @@ class LayoutPass(Pass):
     options = ()
 
     def run(self, module, **_) -> None:
-        for gdef, g, j in _graph_defs(module):
+        for gdef, g, j in _graph_defs(module, self.argument):
             annotate_layouts(gdef, g.ops[j].body, select_layouts(g.ops[j].body))
 
 
@@ -126,7 +124,7 @@ class SchedulePass(Pass):
     options = ()
 
     def run(self, module, **_) -> None:
-        for gdef, g, j in _graph_defs(module):
+        for gdef, g, j in _graph_defs(module, self.argument):
             annotate_schedule(gdef, g.ops[j].body, schedule(g.ops[j].body))
 
 
@@ -142,7 +140,7 @@ class SmemPlanPass(Pass):
 
     def run(self, module, capacity: int = 0, **opts) -> None:
         failed = False
-        for gdef, g, j in _graph_defs(module):
+        for gdef, g, j in _graph_defs(module, self.argument):
             tb = g.ops[j].body
             try:
                 plan = plan_smem(tb, None, capacity=capacity or g.smem_capacity,

@@ -286,10 +286,8 @@ def schedules(shapes: Sequence[tuple], classes: Sequence[tuple], reduced: set, c
         opts[c] = grid_opts
     out = []
     franges = cfg.franges
-    for gsplit in product(*[opts[c] for c in cls]):
+    for gsplit in _grid_splits([opts[c] for c in cls], cfg.max_grid_dims, cfg.max_blocks):
         split = [(c, s) for c, s in zip(cls, gsplit) if s > 1]
-        if len(split) > cfg.max_grid_dims or prod(gsplit) > cfg.max_blocks:
-            continue
         gs = dict(zip(cls, gsplit))
         loops = [(None, 1)]
         for c in cls:
@@ -324,6 +322,28 @@ def schedules(shapes: Sequence[tuple], classes: Sequence[tuple], reduced: set, c
             if lr > 1 and all(f == -1 for _, f in maps):
                 continue
             out.append(Schedule(grid, lr, tuple(maps), tuple(c for c, _ in split), lc))
+    return out
+
+
+def _grid_splits(options: list, max_dims: int, max_blocks: int) -> list[tuple]:
+    """The tuples of `product(*options)` (all entries >= 1) with at most `max_dims` entries
+    > 1 and a product <= `max_blocks`, in `product`'s order. Built prefix by prefix and
+    pruned there: the full product has millions of tuples for programs with many
+    dimension classes (seconds, before any time limit applies)."""
+    out = []
+    cur: list = []
+
+    def extend(k: int, nsplit: int, blocks: int) -> None:
+        if k == len(options):
+            out.append(tuple(cur))
+            return
+        for s in options[k]:
+            if nsplit + (s > 1) <= max_dims and blocks * s <= max_blocks:
+                cur.append(s)
+                extend(k + 1, nsplit + (s > 1), blocks * s)
+                cur.pop()
+
+    extend(0, 0, 1)
     return out
 
 

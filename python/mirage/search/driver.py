@@ -49,6 +49,14 @@ def _run_item(item):
     gen.stats = Stats()
     fold = _W.get("fold")
     found = {}
+    # the generator looks at the clock and the stop flag every 256 states only: each of
+    # hundreds of items left would run up to that many before stopping (20 s past a 2 s limit)
+    if gen.deadline is not None and time.monotonic() > gen.deadline:
+        gen.stats.stopped = "time limit"
+        return found, gen.stats
+    if gen.stop_flag is not None and gen.stop_flag.is_set():
+        gen.stats.stopped = "interrupted"
+        return found, gen.stats
 
     def on_candidate(plan):
         # complete candidates are built (every builder validity check runs) and costed
@@ -260,45 +268,18 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=Non
     cands = []
     others = []
     notes = []
+    own_pool = None
+    if cfg.verify and pool is None and deadline is not None and ranked:
+        # a check running in this process could not be abandoned at the deadline (one
+        # float64 check of a full-size program takes seconds): run them in a child
+        _W["ref"] = ref
+        own_pool = pool = mp.get_context("fork").Pool(1, _ignore_sigint)
+    try:
+        pos = _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline) if cfg.verify else 0
+    finally:
+        if own_pool is not None:
+            own_pool.terminate()
     if cfg.verify:
-        pos = 0
-        batch = max(1, getattr(pool, "_processes", 1) or 1)
-        while pos < len(ranked) and len(cands) < cfg.top_k:
-            if deadline is not None and time.monotonic() >= deadline:
-                stats.stopped = stats.stopped or "time limit"
-                notes.append(f"the time limit stopped the checks: {len(cands)} candidate(s) verified "
-                             f"of the {cfg.top_k} asked for")
-                break
-            chunk = ranked[pos:pos + max(batch, cfg.top_k - len(cands))]
-            args = [(c.plan, cfg.seed) for c in chunk]
-            if pool is not None and len(chunk) > 1:
-                outs = []
-                it = pool.imap(_check_item, args, chunksize=1)
-                try:
-                    for _ in chunk:
-                        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                        outs.append(it.next(timeout=left))
-                except mp.TimeoutError:
-                    pool.terminate()  # abandon the checks in flight
-                    pool = None
-            else:
-                _W["ref"] = ref
-                outs = [_check_item(a) for a in args]
-            chunk = chunk[:len(outs)]
-            pos += len(chunk)
-            for c, (stage, ok, note) in zip(chunk, outs):
-                if stage == "float":
-                    stats.rejected += 1
-                    continue
-                stats.verified += 1
-                if stage == "formal":
-                    stats.formal += 1
-                if ok:
-                    c.verification = note
-                    cands.append(c)
-                else:
-                    stats.rejected += 1
-                    stats.formal_rejected += 1
         others = sorted(ranked[pos:], key=_order)
         cands = cands[:cfg.top_k]
     else:
@@ -308,6 +289,54 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=Non
     cands.append(base)
     cands.sort(key=_order)
     return SearchResult(ref, cands, stats, seconds, cfg, notes=notes, others=others)
+
+
+def _ignore_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline) -> int:
+    """Check `ranked` in order, appending what passes to `cands`, until `top_k` passed or
+    `deadline`; returns how many were checked."""
+    pos = 0
+    batch = max(1, getattr(pool, "_processes", 1) or 1)
+    while pos < len(ranked) and len(cands) < cfg.top_k:
+        if deadline is not None and time.monotonic() >= deadline:
+            stats.stopped = stats.stopped or "time limit"
+            notes.append(f"the time limit stopped the checks: {len(cands)} candidate(s) verified "
+                         f"of the {cfg.top_k} asked for")
+            break
+        chunk = ranked[pos:pos + max(batch, cfg.top_k - len(cands))]
+        args = [(c.plan, cfg.seed) for c in chunk]
+        if pool is not None and (len(chunk) > 1 or deadline is not None):
+            outs = []
+            it = pool.imap(_check_item, args, chunksize=1)
+            try:
+                for _ in chunk:
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    outs.append(it.next(timeout=left))
+            except mp.TimeoutError:
+                pool.terminate()  # abandon the checks in flight
+                pool = None
+        else:
+            _W["ref"] = ref
+            outs = [_check_item(a) for a in args]
+        chunk = chunk[:len(outs)]
+        pos += len(chunk)
+        for c, (stage, ok, note) in zip(chunk, outs):
+            if stage == "float":
+                stats.rejected += 1
+                continue
+            stats.verified += 1
+            if stage == "formal":
+                stats.formal += 1
+            if ok:
+                c.verification = note
+                cands.append(c)
+            else:
+                stats.rejected += 1
+                stats.formal_rejected += 1
+    return pos
 
 
 def _check_item(arg):

@@ -26,11 +26,25 @@ from .result import SearchResult
 
 
 def gpu_available() -> bool:
+    import sys
+
+    if "torch" not in sys.modules and not _cuda_driver_present():
+        return False  # without a driver torch sees no GPU either: skip its import (seconds)
     try:
         import torch
     except ImportError:
         return False
     return bool(torch.cuda.is_available())
+
+
+def _cuda_driver_present() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 def rank_by_time(res: SearchResult, times_us: dict[int, float]) -> SearchResult:

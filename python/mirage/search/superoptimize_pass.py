@@ -5,14 +5,58 @@ Reads the module's functions as KNGraphs (`mirage.core.mlir_import.parse_mlir`),
 best μGraph under the function's name; with `keep-top-k=K` the next K-1 verified
 candidates are added as `@<name>_alt<k>`. Progress and the final report go to stderr
 (`verbose=0` silences them). The preset defaults to `auto` (chosen from the program:
-see `mirage.search.config.auto_preset`).
+see `mirage.search.config.auto_preset`). `time-limit` bounds the whole pass: each function
+gets an equal share of the time left; a function reached with no time left keeps its
+program (with a warning).
+
+Errors are reported at the op at fault (MLIR the model cannot take: `passes.import_graphs`;
+a block or thread op the search has no abstract expression for) or at the function (the
+search's own errors).
 """
 from __future__ import annotations
 
 import sys
+import time
 
 from .. import diagnostics
-from ..passes import Option, Pass, PassFailure, parse_bool, register
+from ..passes import Option, Pass, PassFailure, functions, import_graphs, parse_bool, register
+
+
+def _seconds(text: str) -> float:
+    v = float(text)
+    if not v > 0:  # also rejects nan
+        raise ValueError(f"expected a number of seconds > 0, got {text}")
+    return v
+
+
+def _count(low: int):
+    def parse(text: str) -> int:
+        v = int(text)
+        if v < low:
+            raise ValueError(f"expected an integer >= {low}, got {text}")
+        return v
+    return parse
+
+
+def _unsearchable(func) -> list:
+    """[(mlir op, op name)]: block- and thread-graph ops of `func` that have no abstract
+    expression; the search cannot take a program with them (it would fail inside)."""
+    from ..core.ops import OPS
+
+    out = []
+
+    def walk(op):
+        for r in op.regions:
+            for b in r.blocks:
+                for o in b.operations:
+                    o = o.operation
+                    dialect, _, kind = o.name.partition(".")
+                    if dialect in ("tb", "th") and kind in OPS and OPS[kind].absexpr is None:
+                        out.append((o, o.name))
+                    walk(o)
+
+    walk(func)
+    return out
 
 
 @register
@@ -21,41 +65,55 @@ class SuperoptimizePass(Pass):
     summary = "Replace each function by the best verified μGraph found by the superoptimizer"
     options = (
         Option("preset", str, "auto", "search preset: auto, generic, mlp, attention, lora"),
-        Option("max-kernel-ops", int, 0, "max kernel ops per candidate (0: preset default)"),
-        Option("max-block-ops", int, 0, "max block-graph ops incl. iterators and savers (0: default)"),
-        Option("max-graph-defs", int, 0, "max graph-defined kernels (0: default)"),
-        Option("max-block-inputs", int, 0, "max inputs of a block graph (0: default)"),
-        Option("max-block-outputs", int, 0, "max outputs of a block graph (0: default)"),
-        Option("time-limit", float, 600.0, "seconds per function"),
-        Option("seed", int, 0, "seed of the equivalence check's random inputs"),
-        Option("workers", int, 0, "worker processes (0: all cores)"),
+        Option("max-kernel-ops", _count(0), 0, "max kernel ops per candidate (0: preset default)"),
+        Option("max-block-ops", _count(0), 0, "max block-graph ops incl. iterators and savers (0: default)"),
+        Option("max-graph-defs", _count(0), 0, "max graph-defined kernels (0: default)"),
+        Option("max-block-inputs", _count(0), 0, "max inputs of a block graph (0: default)"),
+        Option("max-block-outputs", _count(0), 0, "max outputs of a block graph (0: default)"),
+        Option("time-limit", _seconds, 600.0, "seconds for the pass (shared by its functions)"),
+        Option("seed", _count(0), 0, "seed of the equivalence check's random inputs"),
+        Option("workers", _count(0), 0, "worker processes (0: all cores)"),
         Option("cache-dir", str, "", "result cache directory (empty: none)"),
-        Option("keep-top-k", int, 1, "also keep the next verified candidates as @<name>_alt<k>"),
+        Option("keep-top-k", _count(1), 1, "also keep the next verified candidates as @<name>_alt<k>"),
         Option("verbose", parse_bool, True, "progress and report on stderr"),
     )
 
     def run(self, module, **o) -> None:
-        from ..core.mlir_import import parse_mlir, replace_body
+        from ..core.mlir_import import replace_body
         from .driver import superoptimize
 
-        graphs = parse_mlir(module)
+        deadline = time.monotonic() + o["time-limit"]
+        funcs = functions(module)
+        bad = [x for f in funcs for x in _unsearchable(f)]
+        for op, name in bad:
+            diagnostics.error(op, f"mirage-superoptimize: '{name}' has no abstract expression: the search "
+                                  f"cannot take a program that uses it")
+        if bad:
+            raise PassFailure()
+        graphs = import_graphs(module, "mirage-superoptimize")
         kw = {k.replace("-", "_"): v for k, v in o.items() if k.startswith("max-") and v}
         top_k = max(1, o["keep-top-k"])
         out = []
-        for g in graphs:
+        for k, (f, g) in enumerate(zip(funcs, graphs)):
+            share = (deadline - time.monotonic()) / (len(graphs) - k)
+            if share <= 0.01:  # nothing left: the program stays as it is
+                diagnostics.warning(f, f"mirage-superoptimize: @{g.name}: the time limit "
+                                       f"({o['time-limit']:g} s) was spent before this function; kept as is")
+                out.append(g)
+                continue
             try:
                 res = superoptimize(g, o["preset"] or "auto", o["verbose"], cache_dir=o["cache-dir"] or None,
-                                    time_limit=o["time-limit"], seed=o["seed"], workers=o["workers"],
+                                    time_limit=share, seed=o["seed"], workers=o["workers"],
                                     top_k=max(top_k, 3), **kw)
-            except Exception as e:  # a user-visible diagnostic, not a traceback
-                diagnostics.error(module, f"mirage-superoptimize: @{g.name}: {e}")
+            except ValueError as e:  # a user-visible diagnostic (bad preset or limits, a rule), not a traceback
+                diagnostics.error(f, f"mirage-superoptimize: @{g.name}: {e}")
                 raise PassFailure() from None
             name = g.name
             best = res.best
             best.name = name
             out.append(best)
-            for k, c in enumerate(res.candidates[1:top_k], 1):
-                c.graph.name = f"{name}_alt{k}"
+            for j, c in enumerate(res.candidates[1:top_k], 1):
+                c.graph.name = f"{name}_alt{j}"
                 out.append(c.graph)
             if o["verbose"]:
                 print(f"[mirage-superoptimize] @{name}: best of {len(res.candidates)} kept candidates: "

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import diagnostics as D
-from ..passes import Option, Pass, PassFailure, parse_bool, register
+from ..passes import Option, Pass, PassFailure, import_graphs, parse_bool, register
 
 
 @dataclass
@@ -42,8 +42,12 @@ def verify_pairs(graphs: dict, pairs: list, delta: float = 1e-9, seed: int = 0, 
             out.append(Outcome(cand, ref, False, f"mirage-verify: @{cand} is a candidate of @{ref}, "
                                                  f"which is not a function of this module"))
             continue
-        res = check_equivalence(graphs[ref], graphs[cand], delta=delta, seed=seed, fp_check=fp_check,
-                                max_trials=max_trials)
+        try:
+            res = check_equivalence(graphs[ref], graphs[cand], delta=delta, seed=seed, fp_check=fp_check,
+                                    max_trials=max_trials)
+        except ValueError as e:  # the pair cannot be compared (e.g. different signatures): the user's
+            out.append(Outcome(cand, ref, False, f"mirage-verify: @{cand} cannot be checked against @{ref}: {e}"))
+            continue
         if res.equivalent:
             model = " (random-function model for exp/sqrt)" if res.model == "random" else ""
             bound = (f"error bound {res.error_bound:.3g}{model}" if res.bound_met else
@@ -100,8 +104,6 @@ class VerifyPass(Pass):
     )
 
     def run(self, module, **options) -> None:
-        from ..core.mlir_import import parse_module
-
         funcs = [f for f in module.regions[0].blocks[0].operations if f.operation.name == "func.func"]
         pairs, where = [], {}
         for f in funcs:
@@ -112,7 +114,7 @@ class VerifyPass(Pass):
                 where[name] = f.operation
         if not pairs:
             return
-        graphs = {g.name: g for g in parse_module(module)}
+        graphs = {g.name: g for g in import_graphs(module, "mirage-verify")}
         failed = False
         for o in verify_pairs(graphs, pairs, options.get("delta", 1e-9), options.get("seed", 0),
                               options.get("fp-check", True), options.get("max-trials", 64)):
