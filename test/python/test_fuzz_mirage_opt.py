@@ -222,14 +222,22 @@ HUGE_BLOCK = """func.func @f(%x: tensor<4x8xf16>) -> tensor<4x8xf16> {
 """
 
 
-@pytest.mark.parametrize("mode", ["superoptimize", "convert-mirage-to-gpu", "smem-plan"])
-def test_block_dims_near_2_63_are_a_located_error_in_passes(mode):
-    """block [2**63 - 1, 1, 1] passed into the passes and broke the lowering (an error
-    without a location, or an internal error); the model's [launch] rule now rejects it
-    at the graph_def."""
-    out, errs = _diags(HUGE_BLOCK.replace("BLOCK", str(2 ** 63 - 1)), PASSES[mode])
-    assert out is None and errs, errs
-    assert errs[0].line == 2 and "[launch] block_dim" in errs[0].message and "CUDA limit 1024" in errs[0].message
+@pytest.mark.parametrize("what,text,msg", [
+    ("block", HUGE_BLOCK.replace("BLOCK", str(2 ** 63 - 1)),
+     "[launch] block [9223372036854775807, 1, 1]: x = 9223372036854775807 exceeds the CUDA limit 1024"),
+    ("grid", HUGE_BLOCK.replace("grid [1, 1, 1]", f"grid [1, 1, {2 ** 63 - 2}]").replace("BLOCK", "128"),
+     "[launch] grid [1, 1, 9223372036854775806]: z = 9223372036854775806 exceeds the CUDA limit 65535"),
+    ("threads", HUGE_BLOCK.replace("BLOCK, 1, 1", "64, 64, 1"),
+     "[launch] block [64, 64, 1] has 4096 threads, more than the CUDA limit of 1024 per block"),
+])
+@pytest.mark.parametrize("mode", ["parse", "superoptimize", "convert-mirage-to-gpu", "smem-plan"])
+def test_launch_dims_near_2_63_are_rejected_by_the_verifier(mode, what, text, msg):
+    """grid/block dims near 2**63 passed the C++ verifier and broke the lowering (an
+    error without a location, or an internal error in the passes); the kn.graph_def
+    verifier now checks CUDA's launch limits, as the model's [launch] rule does."""
+    out, errs = _diags(text, F.MODES[mode] if mode == "parse" else PASSES[mode])
+    assert out is None and len(errs) == 1, errs
+    assert (errs[0].line, errs[0].col) == (2, 8) and errs[0].message == msg
 
 
 def test_lowering_error_is_at_the_function(monkeypatch):

@@ -30,6 +30,86 @@ func.func @launch(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
 
 // -----
 
+// negative forloop and dimx (read as unsigned, they passed or were misreported)
+func.func @launch_negative_forloop(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  // expected-error @+1 {{[launch] forloop -4 must be >= 1}}
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop -4 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+func.func @launch_negative_dimx(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  // expected-error @+1 {{[launch] dimx -64 must be >= 1}}
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx -64
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+// CUDA's launch limits (dims near 2^63 used to pass and break the lowering)
+func.func @launch_huge_block(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  // expected-error @+1 {{[launch] block [9223372036854775807, 1, 1]: x = 9223372036854775807 exceeds the CUDA limit 1024}}
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [9223372036854775807, 1, 1] forloop 1 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+func.func @launch_huge_grid(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  // expected-error @+1 {{[launch] grid [1, 9223372036854775806, 1]: y = 9223372036854775806 exceeds the CUDA limit 65535}}
+  %o = kn.graph_def (%a) grid [1, 9223372036854775806, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+func.func @launch_threads(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  // expected-error @+1 {{[launch] block [1024, 2, 1] has 2048 threads, more than the CUDA limit of 1024 per block}}
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [1024, 2, 1] forloop 1 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+func.func @launch_huge_forloop(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  // expected-error @+1 {{[launch] forloop 9223372036854775807 must be <= 2147483647}}
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 9223372036854775807 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
 func.func @accumulator(%a: tensor<16x4096xf16>) -> tensor<16x64xf16> {
   %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 64 dimx 1
       : (tensor<16x4096xf16>) -> tensor<16x64xf16> {

@@ -120,10 +120,39 @@ LogicalResult GraphDefOp::verify() {
   if (failed(checkDims(getGridDims(), "grid")) ||
       failed(checkDims(getBlockDims(), "block")))
     return failure();
-  if (getForloopRange() < 1)
-    return emitError() << "[launch] forloop " << getForloopRange() << " must be >= 1";
-  if (getDimx() < 1)
-    return emitError() << "[launch] dimx " << getDimx() << " must be >= 1";
+  // CUDA's launch limits, as the Python rule (graph.py MAX_GRID, MAX_BLOCK,
+  // MAX_THREADS): dims near 2^63 passed here and broke the lowering
+  static constexpr int64_t kMaxGrid[3] = {2147483647, 65535, 65535};
+  static constexpr int64_t kMaxBlock[3] = {1024, 1024, 64};
+  static constexpr int64_t kMaxThreads = 1024;
+  static constexpr const char *kAxis[3] = {"x", "y", "z"};
+  auto checkLimits = [&](ArrayRef<int64_t> dims, StringRef name,
+                         const int64_t *top) -> LogicalResult {
+    for (int k = 0; k < 3; ++k)
+      if (dims[k] > top[k])
+        return emitError() << "[launch] " << name << " " << formatShape(dims) << ": "
+                           << kAxis[k] << " = " << dims[k] << " exceeds the CUDA limit "
+                           << top[k];
+    return success();
+  };
+  if (failed(checkLimits(getGridDims(), "grid", kMaxGrid)) ||
+      failed(checkLimits(getBlockDims(), "block", kMaxBlock)))
+    return failure();
+  ArrayRef<int64_t> block = getBlockDims();
+  int64_t threads = block[0] * block[1] * block[2]; // <= 1024 * 1024 * 64: no overflow
+  if (threads > kMaxThreads)
+    return emitError() << "[launch] block " << formatShape(block) << " has " << threads
+                       << " threads, more than the CUDA limit of " << kMaxThreads
+                       << " per block";
+  // signed values: the I64Attr getters return uint64_t, so `forloop -4` read as
+  // 2^64 - 4 and `dimx -64` passed
+  int64_t forloop = getForloopRangeAttr().getInt(), dimx = getDimxAttr().getInt();
+  if (forloop < 1)
+    return emitError() << "[launch] forloop " << forloop << " must be >= 1";
+  if (forloop > kMaxGrid[0])
+    return emitError() << "[launch] forloop " << forloop << " must be <= " << kMaxGrid[0];
+  if (dimx < 1)
+    return emitError() << "[launch] dimx " << dimx << " must be >= 1";
   Block &body = getBody().front();
   if (body.getNumArguments() != getNumOperands())
     return emitError() << "[launch] the body has " << body.getNumArguments()
