@@ -397,8 +397,9 @@ class Report:
 
 
 def fuzz(n: int, seed: int = 0, modes=None, timeout: float = 30.0, jobs: int = 1, root: str = ROOT,
-         progress=None, keep_examples: int = 5, seed_list=None) -> Report:
-    """Run cases 0..n-1 of the run seeded `seed` through `modes` (names of MODES)."""
+         progress=None, keep_examples: int = 5, seed_list=None, deadline: float | None = None) -> Report:
+    """Run cases 0..n-1 of the run seeded `seed` through `modes` (names of MODES); with
+    `deadline` (time.monotonic), no case starts after it (`Report.cases` says how many ran)."""
     modes = list(modes or MODES)
     seed_list = seed_list if seed_list is not None else seeds(root)
     rep = Report(counts={m: Counter() for m in modes})
@@ -412,7 +413,7 @@ def fuzz(n: int, seed: int = 0, modes=None, timeout: float = 30.0, jobs: int = 1
             while True:
                 with lock:
                     i = next_index[0]
-                    if i >= n:
+                    if i >= n or (deadline is not None and time.monotonic() > deadline):
                         return
                     next_index[0] += 1
                 name, text, muts = case(seed_list, seed, i)
