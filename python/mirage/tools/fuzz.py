@@ -326,6 +326,12 @@ def _worker(conn):
         conn.send((outcome, msg, time.monotonic() - t))
 
 
+# Runners of several threads fork their workers one at a time: a worker forked while
+# another runner holds both ends of its new pipe would keep that pipe open, and the
+# other worker's death would look like a hang.
+_START = threading.Lock()
+
+
 class Runner:
     """Runs cases in a forked worker; a case that kills the worker is a `crash`, one that
     takes longer than `timeout` seconds a `hang` (the worker is killed and restarted)."""
@@ -339,11 +345,12 @@ class Runner:
 
         M.registry()  # import the passes once, before forking
         ctx = mp.get_context("fork")
-        self.conn, child = ctx.Pipe()
-        # not a daemon: the superoptimize pass starts child processes of its own
-        self.proc = ctx.Process(target=_worker, args=(child,))
-        self.proc.start()
-        child.close()
+        with _START:
+            self.conn, child = ctx.Pipe()
+            # not a daemon: the superoptimize pass starts child processes of its own
+            self.proc = ctx.Process(target=_worker, args=(child,))
+            self.proc.start()
+            child.close()
 
     def _stop(self):
         if self.proc is not None:
@@ -361,12 +368,18 @@ class Runner:
         t = time.monotonic()
         try:
             self.conn.send((text, argv))
-            if not self.conn.poll(self.timeout):
-                self._stop()
-                return "hang", f"no answer in {self.timeout:g} s", time.monotonic() - t
+            # the worker's own children (a search's pool) may hold the pipe open after it
+            # died: look at the worker itself too
+            while not self.conn.poll(0.25):
+                if not self.proc.is_alive():
+                    raise EOFError
+                if time.monotonic() - t > self.timeout:
+                    self._stop()
+                    return "hang", f"no answer in {self.timeout:g} s", time.monotonic() - t
             return self.conn.recv()
         except (EOFError, OSError, BrokenPipeError):
-            code = self.proc.exitcode if self.proc is not None else None
+            self.proc.join(1.0)
+            code = self.proc.exitcode
             self._stop()
             return "crash", f"worker died (exit code {code})", time.monotonic() - t
 
