@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Check the lowering of Mirage's clamp / pow / mul_scalar / reduction_max (run once) /
-forloop_accum_max on the GPU against numpy float64.
+"""Check the lowering of Mirage's clamp / pow / mul_scalar / reduction_max (run once, and
+as a running max across a for-loop) / forloop_accum_max / forloop_accum_rescale (the
+online softmax, and Mirage's online-softmax GQA μGraph) on the GPU against numpy float64.
 
     PYTHONPATH=python python benchmarks/gpu_check_compat_ops.py build DIR   # here (needs MLIR)
     python3 benchmarks/gpu_check_compat_ops.py check DIR                     # on the GPU
@@ -57,6 +58,66 @@ def graphs():
     tb.new_output(tb.forloop_accum_max(tb.mul_scalar(tb.clamp(tx, -1.0, 1.5), 3.0)), (0, -1, -1))
     g.mark_output(g.customized([X], tb)[0])
     out["tb_loop_max"] = (g, lambda x: [3.0 * np.clip(x, -1.0, 1.5).reshape(64, 4, 256).max(1)], [(64, 1024)])
+
+    # the online-softmax state across a for-loop of 4 iterations: the running max and its
+    # change saved every iteration, both rescaling accumulators, the max accumulator
+    g = mi.new_kernel_graph("tb_online")
+    X = g.new_input((64, 256))
+    tb = mi.new_threadblock_graph((4, 1, 1), (128, 1, 1), 4)
+    t = tb.new_input(X, (0, -1, -1), 1)  # (16, 64) a block and iteration
+    m, d = tb.reduction_max(t, 1)
+    p, r = tb.exp(tb.sub(t, m)), tb.exp(d)
+    tb.new_output(m, (0, -1, -1), 1)
+    tb.new_output(d, (0, -1, -1), 1)
+    tb.new_output(tb.forloop_accum_rescale(p, r), (0, -1, -1))
+    tb.new_output(tb.forloop_accum_rescale(p, r, "sum"), (0, -1, -1))
+    tb.new_output(tb.forloop_accum_max(m), (0, -1, -1))
+    for o in g.customized([X], tb):
+        g.mark_output(o)
+
+    def online_ref(x):
+        ms, ds, acc, den = [], [], np.zeros((64, 64)), np.zeros((64, 1))
+        prev = None
+        for i in range(4):
+            xi = x[:, 64 * i:64 * (i + 1)]
+            cur = xi.max(1, keepdims=True) if prev is None else np.maximum(prev, xi.max(1, keepdims=True))
+            diff = np.zeros_like(cur) if prev is None else prev - cur
+            pi = np.exp(xi - cur)
+            acc = acc * np.exp(diff) + pi
+            den = den * np.exp(diff) + pi.sum(1, keepdims=True)
+            ms.append(cur)
+            ds.append(diff)
+            prev = cur
+        return [np.concatenate(ms, 1), np.concatenate(ds, 1), acc, den, prev]
+    out["tb_online"] = (g, online_ref, [(64, 256)])
+
+    # Mirage's online-softmax group-query attention (demo style): split over key chunks,
+    # merged by a second kernel with the same rescaling
+    g = mi.new_kernel_graph("gqa_online")
+    Q, K, V = g.new_input((2, 256, 64)), g.new_input((2, 64, 1024)), g.new_input((2, 1024, 64))
+    tb = mi.new_threadblock_graph((2, 16, 4), (128, 1, 1), 4, 64)
+    bq, bk, bv = tb.new_input(Q, (0, -1, 1), -1), tb.new_input(K, (0, 2, -1), 2), tb.new_input(V, (0, 1, -1), 1)
+    s = tb.matmul(bq, bk)
+    m, d = tb.reduction_max(s, 2)
+    p, r = tb.exp(tb.sub(s, m)), tb.exp(d)
+    outs = [tb.forloop_accum_rescale(tb.matmul(p, bv), r), tb.forloop_accum_rescale(p, r, "sum"), tb.forloop_accum_max(m)]
+    for o in outs:
+        tb.new_output(o, (0, 2, 1))
+    P = g.customized([Q, K, V], tb)
+    tb2 = mi.new_threadblock_graph((2, 1, 4), (128, 1, 1), 16, 64)
+    n, dn, lm = (tb2.new_input(t, (0, -1, 1), 2) for t in P)
+    gm, gd = tb2.reduction_max(lm, 2)
+    to_g, sc = tb2.exp(tb2.sub(lm, gm)), tb2.exp(gd)
+    num = tb2.forloop_accum_rescale(tb2.mul(n, to_g), sc)
+    den = tb2.forloop_accum_rescale(tb2.mul(dn, to_g), sc, "sum")
+    tb2.new_output(tb2.div(num, den), (0, -1, 1))
+    g.mark_output(g.customized(P, tb2)[0])
+
+    def softmax_attention(q, k, v):
+        sc = q @ k
+        e = np.exp(sc - sc.max(-1, keepdims=True))
+        return [(e @ v) / e.sum(-1, keepdims=True)]
+    out["gqa_online"] = (g, softmax_attention, [(2, 256, 64), (2, 64, 1024), (2, 1024, 64)])
     return out
 
 

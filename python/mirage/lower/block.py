@@ -28,10 +28,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..core.graph import Op, TBGraph
+from ..core.ops import is_accumulator
 from . import scalar
 from .emitter import SMEM, Emitter, Idx
 from .emitters import AccumulatorEmitter, ElementwiseEmitter, MatmulEmitter, ReductionEmitter, TileIO
-from .kernel_plan import GlobalArg, KernelPlan, LoweringError, Options, _row_major
+from .kernel_plan import GlobalArg, KernelPlan, LoweringError, Options, _row_major, running_maxima
 
 
 @dataclass
@@ -46,21 +47,13 @@ class KernelInfo:
 
 def unsupported(tb: TBGraph, kernel: str) -> None:
     """Raise a LoweringError naming the op for block-graph ops this lowering cannot emit:
-    state carried across for-loop iterations other than tb.forloop_accum's, i.e. a
-    rescaling accumulator, or a running max (tb.reduction_max) that the loop updates."""
-    varying = tb.accum_counts()  # per tile: accumulators on the paths from loop-varying inputs
+    a running max (tb.reduction_max that the loop updates) over a dim other than the last."""
+    running = {id(op) for op in running_maxima(tb)}
     for j, op in enumerate(tb.ops):
-        if op.kind == "forloop_accum_rescale":
+        if id(op) in running and op.attrs["dim"] % len(op.inputs[0].shape) != len(op.inputs[0].shape) - 1:
             raise LoweringError(
-                f"[lowering] kernel {kernel}: tb.forloop_accum_rescale (#{j}, Mirage's online-softmax "
-                f"accumulator) has no GPU lowering yet; the interpreter and the verifier support it "
-                f"(docs/lowering.md)")
-        c = varying.get(id(op.inputs[0])) if op.kind == "reduction_max" else None
-        if tb.forloop_range > 1 and c is not None and c[1] == 0:  # changes from iteration to iteration
-            raise LoweringError(
-                f"[lowering] kernel {kernel}: tb.reduction_max (#{j}) inside a for-loop of "
-                f"{tb.forloop_range} iterations keeps a running max across them, which has no GPU "
-                f"lowering yet (outside the loop it lowers as reduce_max; docs/lowering.md)")
+                f"[lowering] kernel {kernel}: tb.reduction_max (#{j}) keeps a running max across the "
+                f"for-loop over dim {op.attrs['dim']}; the GPU lowering keeps one over the last dim only")
 
 
 class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter, AccumulatorEmitter):
@@ -110,9 +103,10 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         if k in ("reduction", "reduce_max"):
             self.reduction(op, "addf" if k == "reduction" else "maximumf")
             return True
-        if k == "reduction_max":
-            # run once (`unsupported` rejects it inside a loop of several iterations): the
-            # running max is this tile's max and the change (diff) is 0
+        if k == "reduction_max" and id(op) in self.p.running:
+            self.running_max(op)
+            return True
+        if k == "reduction_max":  # run once: the running max is this tile's max, its change 0
             self.reduction(op, "maximumf")
             diff = op.outputs[1]
             self.elementwise(diff.shape, lambda cs: self.write(diff, cs, e.f32(0.0)))
@@ -233,10 +227,10 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         counts = tb.accum_counts(varying_only=False)
         post = set()
         for op in tb.ops:
-            if op.kind != "forloop_accum" and any((counts.get(id(t)) or (0, 0))[1] >= 1 for t in op.outputs):
+            if not is_accumulator(op.kind) and any((counts.get(id(t)) or (0, 0))[1] >= 1 for t in op.outputs):
                 post.add(id(op))
-        accs = [op for op in tb.ops if op.kind == "forloop_accum"]
-        pre_ops = [op for op in tb.ops if op.kind != "forloop_accum" and id(op) not in post]
+        accs = [op for op in tb.ops if is_accumulator(op.kind)]
+        pre_ops = [op for op in tb.ops if not is_accumulator(op.kind) and id(op) not in post]
         post_ops = [op for op in tb.ops if id(op) in post]
         inv = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim == -1]
 
@@ -379,7 +373,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
     def run_op(self, j: int) -> None:
         """Emit op j of the block graph with the barrier it needs before it."""
         op = self.tb.ops[j]
-        if op.kind == "forloop_accum":
+        if is_accumulator(op.kind):
             if id(op) in self.p.reg_acc:
                 mm = self.p.reg_acc[id(op)]
                 self.hazard(self.tb.ops.index(mm), mm.inputs, [])
@@ -394,8 +388,8 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
             else:
                 self.accum_update(op)
             self.readset.update(id(t) for t in op.inputs)
-            if op.attrs["kind"] in ("sum", "mean", "rms"):  # rows combined by warps, lane 0 writes
-                self.dirty.add(id(op))
+            if op.attrs.get("kind", op.attrs.get("acc")) in ("sum", "mean", "rms"):  # rows combined by warps,
+                self.dirty.add(id(op))                                                 # lane 0 writes
             return
         if id(op) in self.p.mma_ops and any(self.p.reg_acc.get(id(a)) is op for a in self.tb.ops):
             return  # computed by its register accumulator
@@ -432,7 +426,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         runs, its first iteration, the register accumulators and their loop-carried zero
         initial values (`self.reg_pos` maps each to its first fragment)."""
         e = self.e
-        for op in accs:
+        for op in accs + [op for op in self.tb.ops if id(op) in self.p.running]:
             if id(op) not in self.p.reg_acc:
                 self.accum_init(op)
         for k in inv:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from math import prod
 
 from ..core.graph import GraphError, Op, STensor, TBGraph
+from ..core.ops import is_accumulator
 from ..optimize.layout import select_layouts
 from ..optimize.plan import tile_names
 from ..optimize.schedule import _Deps, schedule as schedule_ops
@@ -204,10 +205,23 @@ class Options:
     threads: int = 0
 
 
+def running_maxima(tb: TBGraph) -> list[Op]:
+    """The `reduction_max` ops that keep a running max across the for-loop's iterations
+    (their operand changes from iteration to iteration)."""
+    if tb.forloop_range < 2:
+        return []
+    varying = tb.accum_counts()  # tiles on paths from loop-varying inputs (before accumulators)
+    return [op for op in tb.ops if op.kind == "reduction_max" and (varying.get(id(op.inputs[0])) or (1, 1))[1] == 0]
+
+
 def split_ok(tb: TBGraph) -> bool:
     """Whether the for-loop can be split across blocks: every output is saved after
-    the loop and at least one accumulator exists."""
+    the loop and at least one accumulator exists, and all of them are plain sums of
+    their iterations (a rescaling accumulator or a running max is not: its partials
+    would need each other's maxima)."""
     if tb.forloop_range < 2 or any(o.forloop_dim != -1 for o in tb.outputs):
+        return False
+    if running_maxima(tb) or any(op.kind == "forloop_accum_rescale" for op in tb.ops):
         return False
     return any(op.kind == "forloop_accum" for op in tb.ops)
 
@@ -257,6 +271,7 @@ class KernelPlan:
         self.lead = tuple(tb.grid_dim) + (self.R,)
         self.tiles: dict[int, Tile] = {}
         self.scratch: dict[int, Tile] = {}  # accumulator op output id -> f32 scratch
+        self.running = {id(op) for op in running_maxima(tb)}  # reduction_max ops with a running state
         self.mma_ops: set[int] = set()  # id(op) of matmuls on tensor cores
         self.reg_acc: dict[int, Op] = {}  # id(accum op) -> matmul op whose fragments it keeps
         self.notes: dict = {"mma": 0, "cp_async_inputs": 0, "stages": 1, "warp_reductions": 0}
@@ -401,7 +416,8 @@ class KernelPlan:
                 if id(t) in reg_mm_out:
                     continue
                 self.tiles[id(t)] = mk(t)
-            if op.kind == "forloop_accum" and id(op) not in self.reg_acc:
+            if (op.kind == "forloop_accum" and id(op) not in self.reg_acc) or op.kind == "forloop_accum_rescale" \
+                    or id(op) in self.running:  # f32 state carried across the iterations
                 self.scratch[id(op)] = Tile(tuple(op.outputs[0].shape), "f32", 4)
             if op.kind == "rms_norm":
                 self.scratch[id(op)] = Tile((op.inputs[0].shape and prod(op.inputs[0].shape[:-1]) or 1,),
@@ -451,7 +467,7 @@ class KernelPlan:
         ops = self.tb.ops
         loop = [j for j in range(len(ops)) if self.region[j] == "loop"]
         return ([j for j in range(len(ops)) if self.region[j] == "pre"]
-                + [j for j in loop if ops[j].kind != "forloop_accum"] + [j for j in loop if ops[j].kind == "forloop_accum"]
+                + [j for j in loop if not is_accumulator(ops[j].kind)] + [j for j in loop if is_accumulator(ops[j].kind)]
                 + [j for j in range(len(ops)) if self.region[j] == "post"])
 
     def _place(self, varying, S: int, final: bool = False) -> int:
@@ -481,8 +497,10 @@ class KernelPlan:
         for oid, tile in self.scratch.items():
             j = pos[oid]
             out = self.names[id(tb.ops[j].outputs[0])]
-            if tb.ops[j].kind == "forloop_accum":  # the f32 accumulator: as long as its result
+            if is_accumulator(tb.ops[j].kind):  # the f32 accumulator: as long as its result
                 lo, hi = 0, max(ranges[out].end if out in ranges else last_step, step[j])
+            elif oid in self.running:  # the running max: across the whole loop
+                lo, hi = 0, last_step
             else:  # rms_norm's row statistics: during the op
                 lo = hi = step[j]
             extra[f"scratch{j}"] = (tile.bytes, lo, hi)
@@ -510,7 +528,8 @@ class KernelPlan:
             last = (op.kind == "rms_norm" or (op.kind in ("reduction", "reduce_max", "reduction_max")
                                               and op.attrs["dim"] % len(x.shape) == len(x.shape) - 1)
                     or (op.kind == "forloop_accum" and op.attrs["kind"] in ("sum", "mean", "rms")
-                        and id(op) not in self.sum_regs))
+                        and id(op) not in self.sum_regs)
+                    or (op.kind == "forloop_accum_rescale" and op.attrs["acc"] == "sum"))
             if last:
                 yield prod(x.shape[:-1]), x.shape[-1] // self.chunk(x)
 

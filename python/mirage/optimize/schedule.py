@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..core.graph import TBGraph
+from ..core.ops import is_accumulator
 from .layout import ELEMENTWISE
 from .plan import SchedulePlan, Stage, TileLayout, tile_names
 
@@ -47,9 +48,9 @@ def regions(tb: TBGraph) -> list[str]:
     out = []
     for op in tb.ops:
         c = counts.get(id(op.outputs[0]))
-        if c is not None and c[1] >= 1 and op.kind != "forloop_accum":
+        if c is not None and c[1] >= 1 and not is_accumulator(op.kind):
             out.append("post")
-        elif op.kind != "forloop_accum" and all(id(t) in invariant for t in op.inputs):
+        elif not is_accumulator(op.kind) and all(id(t) in invariant for t in op.inputs):
             out.append("pre")
             invariant.update(id(t) for t in op.outputs)
         else:
@@ -120,7 +121,7 @@ class _Deps:
                 count += 1
                 before.add(j)
                 dirty = set()
-            if op.kind == "forloop_accum" and self.region[j] == "loop":
+            if is_accumulator(op.kind) and self.region[j] == "loop":
                 # accumulator tiles are read after the loop, by other threads
                 dirty.update(id(t) for t in op.outputs)
             else:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from ..core.graph import DEFAULT_SMEM, TBGraph
+from ..core.ops import is_accumulator
 from .plan import SchedulePlan, SmemBuffer, SmemCapacityError, SmemPlan, solver_budget, tile_names, tiles
 from .schedule import program_order, regions
 
@@ -71,7 +72,7 @@ def live_ranges(tb: TBGraph, order: list[int], double_buffer: bool = True,
             if n in skip:
                 continue
             start, end = step[j], max(last.get(id(t), step[j]), step[j])
-            if op.kind == "forloop_accum":
+            if is_accumulator(op.kind):
                 start, end = 0, max(end, loop_end)
             elif reg[j] == "pre" and id(t) in read_in_loop:  # computed once, read by every iteration
                 end = max(end, loop_end)

@@ -14,6 +14,8 @@ from ..kernel_plan import LoweringError, _row_major
 
 class AccumulatorEmitter:
     def accum_update(self, op: Op) -> None:
+        if op.kind == "forloop_accum_rescale":
+            return self.rescale_update(op)
         e = self.e
         kind = op.attrs["kind"]
         x = op.inputs[0]
@@ -43,16 +45,35 @@ class AccumulatorEmitter:
         else:
             raise LoweringError(f"[lowering] accumulator '{kind}' has no GPU lowering")
 
+    def rescale_update(self, op: Op) -> None:
+        """Mirage's rescaling accumulator, one iteration: acc = acc * B + A (`sum`: A's
+        rows summed first); B broadcasts to the accumulator's shape."""
+        e = self.e
+        x, b = op.inputs
+        out = op.outputs[0]
+        sc = self.p.scratch[id(op)]
+        sv = self.scratch_views[id(op)]
+
+        def update(i, cs, v):
+            acc = e.load(sv, sc.mtype, i, "f32")
+            e.store(e.fbin("addf", e.fbin("mulf", acc, self.read(b, cs, out.shape)), v), sv, sc.mtype, i, "f32")
+        if op.attrs["acc"] == "sum":  # one lane a row writes the row's state
+            self.rowwise(x, "addf", False, lambda r, v: update(r, self.row_coords(r, x.shape) + [0], v))
+        else:  # each element's state stays with the thread of the element loop
+            self.elementwise(out.shape, lambda cs: update(e.dot(cs, _row_major(sc.shape)), cs, self.read(x, cs, out.shape)))
+
     def accum_init(self, op: Op) -> None:
+        """Zero the f32 state (-inf for a max accumulator or a running max)."""
         e = self.e
         sc = self.p.scratch[id(op)]
         sv = self.scratch_views[id(op)]
-        v = e.f32(float("-inf") if op.attrs["kind"] == "max" else 0.0)
+        low = op.kind == "reduction_max" or (op.kind == "forloop_accum" and op.attrs["kind"] == "max")
+        v = e.f32(float("-inf") if low else 0.0)
         self.elementwise(sc.shape, lambda cs: e.store(v, sv, sc.mtype, e.dot(cs, _row_major(sc.shape)), "f32"))
 
     def accum_finish(self, op: Op) -> None:
         e = self.e
-        kind = op.attrs["kind"]
+        kind = op.attrs["kind"] if op.kind == "forloop_accum" else "none"  # a rescaling one holds its value
         sc = self.p.scratch[id(op)]
         sv = self.scratch_views[id(op)]
         out = op.outputs[0]

@@ -145,6 +145,29 @@ class ReductionEmitter:
             self.write(out, cs, res[0])
         self.elementwise(out.shape, body)
 
+    def running_max(self, op: Op) -> None:
+        """Mirage's reduction_max inside the for-loop: per row, the max of this iteration's
+        tile and of the earlier ones (f32 state in shared memory, one lane a row), and its
+        change (diff: previous - new, 0 at the first iteration)."""
+        e = self.e
+        a = op.inputs[0]
+        mx, diff = op.outputs
+        sc = self.p.scratch[id(op)]
+        sv = self.scratch_views[id(op)]
+        lowest = e.f32(float("-inf"))
+        zero = e.f32(0.0)
+
+        def finish(r, v):
+            old = e.load(sv, sc.mtype, r, "f32")
+            new = e.fbin("maximumf", old, v)
+            first = e.op(f"arith.cmpf oeq, {old}, {lowest} : f32", "c")
+            d = e.op(f"arith.select {first}, {zero}, {e.fbin('subf', old, new)} : f32", "f")
+            e.store(new, sv, sc.mtype, r, "f32")
+            cs = self.row_coords(r, a.shape) + [0]
+            self.write(mx, cs, new)
+            self.write(diff, cs, d)
+        self.rowwise(a, "maximumf", False, finish)
+
     def finish_mean_rms(self, kind: str, v, count: float):
         """The accumulated sum `v` -> the accumulator's value: sum / count for `mean`,
         sqrt(sum of squares / count) for `rms`, unchanged otherwise."""
