@@ -98,8 +98,10 @@ def _table_attrs(op, kind: str) -> dict:
     for name in OPS[kind].attrs:
         if name == "shape":
             attrs["shape"] = _shape_dtype(op.results[0].type)[0]
-        elif name == "value":
-            attrs["value"] = _float(_attr(op, "value"))
+        elif name in ("value", "min_val", "max_val", "scalar"):
+            attrs[name] = _float(_attr(op, name))
+        elif name == "acc":  # forloop_accum_rescale: the accumulator enum `kind`, as for tb.forloop_accum
+            attrs["acc"] = ACCUMULATORS[_int(_attr(op, "kind"))]
         elif name == "dimx":
             continue  # the enclosing graph's dimx
         elif name in ("dim",):
@@ -185,7 +187,9 @@ def _import_graph_def(op, env: _Env, g: KNGraph):
             elif name == "tb.thread_graph":
                 _import_thread_graph(o, inner, tb)
             elif name.startswith("tb."):
-                inner[o.results[0]] = _apply(tb, name[3:], o, [inner[v] for v in o.operands])
+                t = _apply(tb, name[3:], o, [inner[v] for v in o.operands])
+                for r, x in zip(o.results, t.producer.outputs):  # reduction_max defines two
+                    inner[r] = x
             else:
                 raise MLIRImportError(f"'{name}' is not a block-graph op", o)
     outs = g.customized(reads, tb)
