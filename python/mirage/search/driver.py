@@ -122,6 +122,9 @@ def work_items(gen: Generator) -> list:
 # the enumeration stops at this share of the time limit; the checks of the best candidates
 # (float64, then the formal verifier: seconds each at full size) take the rest
 ENUMERATION_SHARE = 0.5
+# after Ctrl-C the checks get this long (seconds) before the verified results so far (or
+# the reference) are returned
+INTERRUPT_GRACE = 1.5
 
 def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Target = DEFAULT,
                   cache_dir: str | None = None, measure=None, checkpoint: str | None = None,
@@ -223,6 +226,7 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
                     break
         except KeyboardInterrupt:
             stats.stopped = "interrupted"
+            deadline = min(deadline, time.monotonic() + INTERRUPT_GRACE)
         progress.done()
         return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, deadline=deadline)
     else:
@@ -242,7 +246,8 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
             progress.done()
             if stats.stopped == "interrupted":
                 pool.terminate()
-                return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, deadline=deadline)
+                return _rank(ref, cfg, stats, found, device, time.monotonic() - t0,
+                             deadline=min(deadline, time.monotonic() + INTERRUPT_GRACE))
             return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, pool, deadline)
         finally:
             pool.close()
@@ -303,8 +308,8 @@ def _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline) -> int
     while pos < len(ranked) and len(cands) < cfg.top_k:
         if deadline is not None and time.monotonic() >= deadline:
             stats.stopped = stats.stopped or "time limit"
-            notes.append(f"the time limit stopped the checks: {len(cands)} candidate(s) verified "
-                         f"of the {cfg.top_k} asked for")
+            why = "Ctrl-C" if stats.stopped == "interrupted" else "the time limit"
+            notes.append(f"{why} stopped the checks: {len(cands)} candidate(s) verified of the {cfg.top_k} asked for")
             break
         chunk = ranked[pos:pos + max(batch, cfg.top_k - len(cands))]
         args = [(c.plan, cfg.seed) for c in chunk]
