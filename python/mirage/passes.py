@@ -20,6 +20,12 @@ class PassFailure(Exception):
     """Raised by a pass after it has emitted the diagnostics that explain the failure."""
 
 
+class Interrupted:
+    """Set by a pass that Ctrl-C stopped after it wrote its partial result into the
+    module: mirage-opt still prints the module, then exits with 130."""
+    seen = False
+
+
 @dataclass(frozen=True)
 class Option:
     name: str

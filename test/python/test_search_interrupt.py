@@ -36,3 +36,20 @@ def test_ctrl_c_returns_partial_results():
     assert "stopped: interrupted" in out
     n = int(out.rsplit("candidates:", 1)[1])
     assert n >= 1  # at least the reference itself, ranked, never nothing
+
+
+def test_ctrl_c_in_mirage_opt_prints_the_partial_result_and_exits_130():
+    proc = subprocess.Popen([sys.executable, "-m", "mirage.tools.mirage_opt", str(ROOT / "examples" / "gqa.mlir"),
+                             "--mirage-superoptimize"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until the search runs (its progress on stderr)
+        if "[search]" in proc.stderr.readline():
+            break
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert time.monotonic() - t0 < 5.0, (time.monotonic() - t0, err[-1000:])
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "interrupted (Ctrl-C)" in err
+    assert "func.func @gqa" in out  # the module, with the best verified program so far (here the reference)

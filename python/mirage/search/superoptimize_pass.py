@@ -19,7 +19,7 @@ import sys
 import time
 
 from .. import diagnostics
-from ..passes import Option, Pass, PassFailure, functions, import_graphs, parse_bool, register
+from ..passes import Interrupted, Option, Pass, PassFailure, functions, import_graphs, parse_bool, register
 
 
 def _seconds(text: str) -> float:
@@ -118,4 +118,11 @@ class SuperoptimizePass(Pass):
             if o["verbose"]:
                 print(f"[mirage-superoptimize] @{name}: best of {len(res.candidates)} kept candidates: "
                       f"{res.candidates[0].cost.summary()}", file=sys.stderr)
+            if res.stats.stopped == "interrupted":  # Ctrl-C: keep what was verified, leave the rest
+                diagnostics.warning(f, f"mirage-superoptimize: @{name}: interrupted (Ctrl-C); the best verified "
+                                       f"program so far is kept" + (f", {len(graphs) - k - 1} function(s) after it "
+                                                                    f"as they are" if k + 1 < len(graphs) else ""))
+                out += graphs[k + 1:]
+                Interrupted.seen = True
+                break
         replace_body(module, out)

@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass
 
 from .. import diagnostics as D
-from ..passes import Pass, PassFailure, registry
+from ..passes import Interrupted, Pass, PassFailure, registry
 
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
 EXPECT = re.compile(r"expected-(error|warning|remark|note)\s*(?:@(above|below|[+-]\d+))?\s*\{\{(.*?)\}\}")
@@ -290,6 +290,8 @@ def run(argv: list[str]) -> int:
     else:
         with open(args.output, "w") as f:
             f.write(text)
+    if Interrupted.seen:  # the partial result is printed; the exit code says it is partial
+        return 130
     return 0 if ok else 1
 
 
