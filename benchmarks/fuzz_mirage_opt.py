@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown only")
     a = ap.parse_args(argv)
 
-    seed_list = F.seeds()
+    seed_list = F.seeds(os.path.join(HERE, ".."))  # this checkout's .mlir files
     t0 = time.monotonic()
     last = [t0]
 

@@ -15,11 +15,13 @@ from mirage.tools import fuzz as F
 # ~300 cases x 5 modes in well under a minute on the 2-core CI machine (most mutants fail
 # to parse, so they are fast in every mode)
 CI_CASES = 300
+# the seed inputs are this checkout's .mlir files (the package may be installed elsewhere)
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 @pytest.fixture(scope="module")
 def seed_list():
-    s = F.seeds()
+    s = F.seeds(REPO)
     assert len(s) >= 30, [n for n, _ in s]  # examples/ and test/ chunks that parse
     return s
 

@@ -171,6 +171,23 @@ def test_invariant_op_read_after_the_loop_stays_in_the_loop():
     assert by_kind == {"exp": "loop", "sqrt": "pre"}
 
 
+def test_a_hoisted_op_reads_only_hoisted_results():
+    # e = exp(w) is read after the loop, so it stays in the loop; s = sqrt(e) reads it and
+    # feeds the loop: it must stay in the loop too, or it would run before e exists
+    g = mi.new_kernel_graph()
+    X, W = g.new_input((16, 256)), g.new_input((16, 64))
+    tb = mi.new_threadblock_graph((1, 1, 1), (128, 1, 1), 4)
+    tx = tb.new_input(X, (-1, -1, -1), 1)
+    tw = tb.new_input(W, (-1, -1, -1), -1)
+    e = tb.exp(tw)
+    s = tb.sqrt(e)
+    acc = tb.forloop_accum(tb.add(tx, s))
+    tb.new_output(tb.add(acc, e), (-1, -1, -1))
+    g.customized([X, W], tb)
+    reg = dict(zip([id(op) for op in tb.ops], regions(tb)))
+    assert {op.kind: reg[id(op)] for op in tb.ops if op.kind in ("exp", "sqrt")} == {"exp": "loop", "sqrt": "loop"}
+
+
 # ------------------------------------------------------------------------------- smem
 
 def test_planner_reuses_dead_tiles():

@@ -60,8 +60,11 @@ def regions(tb: TBGraph) -> list[str]:
         for t in op.inputs:
             readers.setdefault(id(t), []).append(j)
     for j in reversed(range(len(tb.ops))):  # consumers come later: one backward sweep
-        if out[j] == "pre" and any(out[r] != "pre" and out[r] != "loop"
-                                   for t in tb.ops[j].outputs for r in readers.get(id(t), [])):
+        if out[j] == "pre" and any(out[r] == "post" for t in tb.ops[j].outputs for r in readers.get(id(t), [])):
+            out[j] = "loop"
+    producer = {id(t): j for j, op in enumerate(tb.ops) for t in op.outputs}
+    for j, op in enumerate(tb.ops):  # and a hoisted op never reads one that was not hoisted
+        if out[j] == "pre" and any(out[producer[id(t)]] != "pre" for t in op.inputs if id(t) in producer):
             out[j] = "loop"
     return out
 

@@ -69,9 +69,12 @@ def seeds(root: str = ROOT, runner: "Runner | None" = None) -> list[tuple[str, s
     parsed in `runner`'s worker, so that this process creates no MLIR context before it
     forks workers."""
     out = []
+    files = seed_files(root)
+    if not files:  # an installed package has no examples/ or test/ beside it
+        raise FileNotFoundError(f"no .mlir seed files under {root!r}: pass the repository's root")
     own = runner is None
     runner = runner or Runner()
-    for f in seed_files(root):
+    for f in files:
         rel = os.path.relpath(f, root)
         for k, chunk in enumerate(SPLIT.split(open(f).read())):
             text = "\n".join(l for l in chunk.split("\n") if not l.lstrip().startswith("//")).strip() + "\n"
