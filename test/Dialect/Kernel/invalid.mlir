@@ -159,3 +159,16 @@ func.func @mul_scalar_dtype(%a: tensor<16x64xf16>) {
   %0 = kn.mul_scalar %a, 2.0 : tensor<16x64xf16> -> tensor<16x64xf32>
   return
 }
+
+// -----
+
+func.func @kn_op_in_a_block_graph(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  %0 = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 64 : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %b0 = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    // expected-error @+1 {{[nesting] 'kn.square' does not exist at the block level}}
+    %b1 = kn.square %b0 : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %b1 map <> : tensor<16x64xf16>
+  }
+  return %0 : tensor<16x64xf16>
+}

@@ -179,6 +179,13 @@ LogicalResult GraphDefOp::verify() {
 LogicalResult GraphDefOp::verifyRegions() {
   Block &body = getBody().front();
 
+  // [nesting]: a block graph holds tb ops only (the Python builder's rule)
+  for (Operation &op : body)
+    if (op.getName().getDialectNamespace() != "tb")
+      return op.emitOpError() << "[nesting] '" << op.getName()
+                              << "' does not exist at the block level: a kn.graph_def "
+                                 "body holds tb operations only";
+
   // [smem]: all tb results (the tiles) fit in shared memory.
   int64_t bytes = 0;
   for (Operation &op : body)
