@@ -47,6 +47,7 @@ def _run_item(item):
     gen: Generator = _W["gen"]
     ref = _W["ref"]
     gen.stats = Stats()
+    gen._memo = {}  # per item: what a worker ran before must not change what this item visits
     fold = _W.get("fold")
     found = {}
     # the generator looks at the clock and the stop flag every 256 states only: each of
