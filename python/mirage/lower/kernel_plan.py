@@ -438,14 +438,14 @@ class KernelPlan:
             # the deepest ring (up to opts.stages) that costs no extra wave of blocks: a
             # deeper ring hides more latency, but fewer co-resident blocks hide less
             blocks = prod(tb.grid_dim) * (self.split if self.mode == "partial" else 1)
+            need = {s: self._place(varying, s) for s in range(2, min(self.opts.stages, R) + 1)}  # bytes
 
             def waves(s: int) -> int:
                 per_sm = min(MAX_THREADS_PER_SM // self.nthreads,
-                             self.opts.smem_per_sm // (self._place(varying, s) + SMEM_RESERVED_PER_BLOCK))
+                             self.opts.smem_per_sm // (need[s] + SMEM_RESERVED_PER_BLOCK))
                 return -(-blocks // (self.opts.sms * max(per_sm, 1)))
 
-            fits = [s for s in range(2, min(self.opts.stages, R) + 1)
-                    if self._place(varying, s) <= self.opts.smem_capacity]
+            fits = [s for s, b in need.items() if b <= self.opts.smem_capacity]
             S = min(fits, key=lambda s: (waves(s), -s)) if fits else 1
         self.S = S
         self.varying_async = varying
