@@ -32,6 +32,9 @@ for var in ("HOME", "PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "MIRAGE_LIB_DIR",
             "MIRAGE_DEBUG", "TMPDIR"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
+# mirage-opt's --mirage-superoptimize caches results in the user cache directory by
+# default: the tests use one of their own (never ~/.cache, which HOME would select)
+config.environment["MIRAGE_CACHE_DIR"] = os.path.join(config.test_exec_root, "mirage-cache")
 
 
 def _site_file(rel):

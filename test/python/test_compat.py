@@ -152,7 +152,7 @@ def test_warmup_and_profile_iters_reach_the_gpu_timing(monkeypatch):
     itself is replaced here: this machine may have no GPU)."""
     seen = []
 
-    def fake_measure(res):
+    def fake_measure(res, progress=None):
         seen.append((res.config.warmup_iters, res.config.profile_iters))
         return {i: 10.0 - i for i in range(len(res.candidates))}  # the last candidate fastest
 

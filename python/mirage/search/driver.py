@@ -25,6 +25,7 @@ from .cost import cost
 from .generator import Generator, Stats, Stop
 from . import measure as M
 from .partition import needs_partition, partitioned_search
+from .progress import Progress, enumeration_status
 from .result import Candidate, SearchResult, diverse, order as _order
 
 
@@ -164,7 +165,7 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
     if hit is not None:  # earlier results, checked against `ref` by the loader
         cands = [Candidate(g, cost(g, device), B.graph_key(g)) for g in hit]
         res = SearchResult(ref, cands, Stats(), time.monotonic() - t0, cfg, ref_cost, from_cache=True)
-        return _measured(res, measure)
+        return _measured(res, measure, verbose)
     if needs_partition(ref, cfg.partition):
         res = partitioned_search(ref, cfg, verbose, device, preset, _search)
     else:
@@ -175,13 +176,13 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
         cache_store(cache_dir, ref, cfg, [c.graph for c in res.candidates[:cfg.top_k]])
     if checkpoint is not None and new_checkpoint and not res.stats.stopped:
         store_checkpoint(checkpoint, ref, [c.graph for c in res.candidates[:cfg.top_k]])
-    res = _measured(res, measure)
+    res = _measured(res, measure, verbose)
     if verbose:
         print(res.report(), file=sys.stderr)
     return res
 
 
-def _measured(res: SearchResult, measure) -> SearchResult:
+def _measured(res: SearchResult, measure, verbose: bool = False) -> SearchResult:
     if measure is False:
         return res
     if measure is True:  # required: errors surface
@@ -189,7 +190,7 @@ def _measured(res: SearchResult, measure) -> SearchResult:
             raise RuntimeError("superoptimize(measure=True): no CUDA GPU is available to time the candidates "
                                "(measure=None times them only where a GPU is present)")
         measure = M.measure_on_gpu
-    return M.select_by_time(res, measure)
+    return M.select_by_time(res, measure, Progress(verbose))
 
 
 def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> SearchResult:
@@ -207,20 +208,22 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     workers = max(1, min(workers, len(items) or 1))
     stats = Stats()
     found: dict = {}
-    progress = _Progress(verbose, len(items))
+    progress = Progress(verbose)  # its phase starts after the workers are forked (it runs a thread)
+    enumeration = ("enumeration", len(items), "items", f"{len(items)} work items, {workers} worker(s)")
 
     def absorb(res):
         f, s = res
         stats.merge(s)
         for k, v in f.items():
             found.setdefault(k, v)
-        progress.update(stats, found)
+        progress.advance(status=enumeration_status(stats, found))
 
     pool = None
     if workers == 1:
         stop = None
         _init_worker(ref, cfg, enumeration_deadline, None, quiet=False, pro=pro)
         try:
+            progress.phase(*enumeration)  # in the try: Ctrl-C right after its line is handled
             for it in items:
                 absorb(_run_item(it))
                 if _W["gen"].stats.stopped and _W["gen"].stats.stopped != "state cap":
@@ -228,8 +231,9 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
         except KeyboardInterrupt:
             stats.stopped = "interrupted"
             deadline = min(deadline, time.monotonic() + INTERRUPT_GRACE)
-        progress.done()
-        return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, deadline=deadline)
+        finally:
+            progress.end()
+        return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, deadline=deadline, progress=progress)
     else:
         ctx = mp.get_context("fork")
         stop = ctx.Event()
@@ -237,6 +241,7 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
         try:
             it = pool.imap_unordered(_run_item, items, chunksize=1)
             try:
+                progress.phase(*enumeration)  # in the try: Ctrl-C right after its line is handled
                 for res in it:
                     absorb(res)
             except KeyboardInterrupt:
@@ -244,18 +249,19 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
                 stats.stopped = "interrupted"
                 for res in it:
                     absorb(res)
-            progress.done()
+            progress.end()
             if stats.stopped == "interrupted":
                 pool.terminate()
                 return _rank(ref, cfg, stats, found, device, time.monotonic() - t0,
-                             deadline=min(deadline, time.monotonic() + INTERRUPT_GRACE))
-            return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, pool, deadline)
+                             deadline=min(deadline, time.monotonic() + INTERRUPT_GRACE), progress=progress)
+            return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, pool, deadline, progress)
         finally:
+            progress.end()
             pool.close()
             pool.join()
 
 
-def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=None) -> SearchResult:
+def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=None, progress=None) -> SearchResult:
     """Dedupe by canonical graph key, sort by cost (each main-kernel schedule's best
     first: `diverse`), then run the formal verifier on the candidates in that order until
     `top_k` have passed (in parallel on `pool`) or `deadline` (time.monotonic) passes:
@@ -281,10 +287,12 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=Non
         _W["ref"] = ref
         own_pool = pool = mp.get_context("fork").Pool(1, _ignore_sigint)
     try:
-        pos = _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline) if cfg.verify else 0
+        pos = _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline, progress) if cfg.verify else 0
     finally:
         if own_pool is not None:
             own_pool.terminate()
+        if progress is not None:
+            progress.end()
     if cfg.verify:
         others = sorted(ranked[pos:], key=_order)
         cands = cands[:cfg.top_k]
@@ -301,11 +309,22 @@ def _ignore_sigint():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline) -> int:
+def _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline, progress=None) -> int:
     """Check `ranked` in order, appending what passes to `cands`, until `top_k` passed or
     `deadline`; returns how many were checked."""
     pos = 0
     batch = max(1, getattr(pool, "_processes", 1) or 1)
+    progress = progress or Progress(False)
+    progress.phase("checks", min(cfg.top_k, len(ranked)), "verified",
+                   f"the best of {len(ranked)} distinct candidates until {cfg.top_k} pass "
+                   f"(float64, then the formal verifier)")
+    done = [0, 0]  # checked, passed
+
+    def tick(out):
+        done[0] += 1
+        done[1] += bool(out[1])
+        progress.advance(int(bool(out[1]) and done[1] <= cfg.top_k), f"{done[0]} checked, {done[0] - done[1]} rejected")
+
     while pos < len(ranked) and len(cands) < cfg.top_k:
         if deadline is not None and time.monotonic() >= deadline:
             stats.stopped = stats.stopped or "time limit"
@@ -321,12 +340,16 @@ def _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline) -> int
                 for _ in chunk:
                     left = None if deadline is None else max(0.0, deadline - time.monotonic())
                     outs.append(it.next(timeout=left))
+                    tick(outs[-1])
             except mp.TimeoutError:
                 pool.terminate()  # abandon the checks in flight
                 pool = None
         else:
             _W["ref"] = ref
-            outs = [_check_item(a) for a in args]
+            outs = []
+            for a in args:
+                outs.append(_check_item(a))
+                tick(outs[-1])
         chunk = chunk[:len(outs)]
         pos += len(chunk)
         for c, (stage, ok, note) in zip(chunk, outs):
@@ -360,35 +383,3 @@ def _check_item(arg):
         return "formal", False, f"verifier error: {e}"
     return "formal", bool(r), r.summary()
 
-
-class _Progress:
-    def __init__(self, on: bool, total: int):
-        self.on = on and sys.stderr is not None
-        self.total = total
-        self.done_items = 0
-        self.last = 0.0
-        self.tty = self.on and sys.stderr.isatty()
-
-    def update(self, stats: Stats, found: dict):
-        self.done_items += 1
-        if not self.on:
-            return
-        now = time.monotonic()
-        if now - self.last < (0.5 if self.tty else 5.0) and self.done_items < self.total:
-            return
-        self.last = now
-        best = min((v[1] for v in found.values()), default=None)  # unverified yet
-        pr = " ".join(f"{k}={v}" for k, v in sorted(stats.pruned.items()))
-        msg = (f"\r[search] items {self.done_items}/{self.total} states {stats.states} pruned[{pr}] "
-               f"candidates {len(found)} best "
-               + (f"{best * 1e6:.2f}us" if best is not None else "-"))
-        if self.tty:
-            print(msg[:200], end="", file=sys.stderr, flush=True)
-        else:
-            print(msg[1:], file=sys.stderr, flush=True)
-
-    def done(self):
-        if self.on:
-            if self.tty:
-                print(file=sys.stderr)
-            print("[search] checking the best distinct candidates (float64, then the formal verifier) ...", file=sys.stderr, flush=True)

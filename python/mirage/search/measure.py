@@ -83,15 +83,18 @@ def timing_plan(profile_iters: int, inner: int = 10) -> tuple[int, int]:
     return max(1, -(-int(profile_iters) // inner)), inner
 
 
-def variant_bundle(graphs, out_dir: str, reference: str, target: str = "sm_90") -> tuple[str, dict]:
+def variant_bundle(graphs, out_dir: str, reference: str, target: str = "sm_90",
+                   progress=None) -> tuple[str, dict]:
     """Compile `graphs` ([(name, KNGraph)]) into one variant bundle at `out_dir`, leaving
     out a candidate that does not lower (the reference must). Returns (path, {name: why
-    left out})."""
+    left out}). `progress` (`search.progress.Progress`) counts the compiled variants."""
     from .. import lower
     from ..runtime.select import write_variant_bundle
 
     parts, dropped = [], {}
-    for name, g in graphs:
+    for k, (name, g) in enumerate(graphs):
+        if progress is not None:
+            progress.set_status(f"compiling {name} ({k + 1}/{len(graphs)})")
         try:
             cg = lower.compile(g, target, os.path.join(out_dir, name))
         except lower.LoweringError as e:
@@ -116,11 +119,12 @@ def report_dropped(res: SearchResult, dropped: dict) -> None:
         warnings.warn(f"superoptimize: {msg} (mi.bypass_compile_errors() silences this)", stacklevel=3)
 
 
-def measure_on_gpu(res: SearchResult, target: str = "sm_90", scale: float = 0.25) -> dict[int, float]:
+def measure_on_gpu(res: SearchResult, target: str = "sm_90", scale: float = 0.25,
+                   progress=None) -> dict[int, float]:
     """Compile every candidate of `res` (the reference among them) into one variant bundle
     and let the runtime check and time them on the GPU chosen by `mi.set_gpu_device_id`, on
     random inputs of standard deviation `scale`. Returns {candidate index: µs} for those
-    that passed."""
+    that passed. `progress` (`search.progress.Progress`) shows which step runs."""
     import torch
 
     from ..global_config import global_config
@@ -138,8 +142,10 @@ def measure_on_gpu(res: SearchResult, target: str = "sm_90", scale: float = 0.25
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
     reps, inner = timing_plan(cfg.profile_iters)
     with tempfile.TemporaryDirectory(prefix="mirage-measure-") as tmp:  # private and removed after use
-        path, dropped = variant_bundle(graphs, tmp, ref, target)
+        path, dropped = variant_bundle(graphs, tmp, ref, target, progress)
         report_dropped(res, dropped)
+        if progress is not None:
+            progress.set_status(f"checking and timing {len(graphs) - len(dropped)} variants on cuda:{dev}")
         k = load(path, reps=reps, inner=inner)
         xs = [(torch.randn(t.shape, device=f"cuda:{dev}") * scale).to(tdt[t.dtype.mlir]) for t in res.reference.inputs]
         for variant in k.kernels:  # warm-up runs of each variant (modules loaded, clocks up)
@@ -151,20 +157,31 @@ def measure_on_gpu(res: SearchResult, target: str = "sm_90", scale: float = 0.25
     return {int(n[1:]): t for n, t in times.items() if n != "reference"}
 
 
-def select_by_time(res: SearchResult, measure=None) -> SearchResult:
+def select_by_time(res: SearchResult, measure=None, progress=None) -> SearchResult:
     """Reorder `res` by measured time: `measure(res) -> {index: µs}` (default: on this
-    machine's GPU). Without a GPU, `res` is returned unchanged with a note."""
-    if measure is None:
-        if not gpu_available():
-            res.notes.append("no GPU here: candidates ranked by the cost model")
-            return res
-        try:
-            times = measure_on_gpu(res)
-        except Exception as e:  # e.g. no MLIR to compile with on this machine: keep the cost ranking
-            res.notes.append(f"timing on the GPU failed ({type(e).__name__}: {e}); candidates ranked by the cost model")
-            return res
-    else:
-        times = measure(res)
+    machine's GPU). Without a GPU, `res` is returned unchanged with a note. `progress`
+    (`search.progress.Progress`) shows the timing as a phase."""
+    from .progress import Progress
+
+    progress = progress or Progress(False)
+    if measure is None and not gpu_available():
+        res.notes.append("no GPU here: candidates ranked by the cost model")
+        return res
+    with progress.phase("GPU timing", len(res.candidates), "candidates",
+                        f"{len(res.candidates)} candidates (the reference among them)"):
+        if measure is None:
+            try:
+                times = measure_on_gpu(res, progress=progress)
+            except Exception as e:  # e.g. no MLIR to compile with on this machine: keep the cost ranking
+                res.notes.append(f"timing on the GPU failed ({type(e).__name__}: {e}); "
+                                 f"candidates ranked by the cost model")
+                progress.end("failed: ranked by the cost model")
+                return res
+        elif measure is measure_on_gpu:  # measure=True
+            times = measure(res, progress=progress)
+        else:
+            times = measure(res)
+        progress.advance(len(times), f"{len(times)} timed")
     costs = {i: c.time_us for i, c in enumerate(res.candidates)}
     rank_by_time(res, times)
     rho = spearman([costs[i] for i in times], [times[i] for i in times])

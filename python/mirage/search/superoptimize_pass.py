@@ -9,12 +9,20 @@ see `mirage.search.config.auto_preset`). `time-limit` bounds the whole pass: eac
 gets an equal share of the time left; a function reached with no time left keeps its
 program (with a warning).
 
+Results are cached by default: `cache-dir` (default: the user cache directory,
+`mirage.paths.search_cache_dir()`: `$MIRAGE_CACHE_DIR/search`, else
+`$XDG_CACHE_HOME/mirage/search`, else `~/.cache/mirage/search`) holds one entry per program
+and search configuration (`search.cache`; renamed copies of a function share it, and every
+entry is checked by the verifier before it is used); `cache-dir=none` searches afresh and
+writes nothing. A cache directory that cannot be created is skipped with a warning.
+
 Errors are reported at the op at fault (MLIR the model cannot take: `passes.import_graphs`;
 a block or thread op the search has no abstract expression for) or at the function (the
 search's own errors).
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -36,6 +44,21 @@ def _count(low: int):
             raise ValueError(f"expected an integer >= {low}, got {text}")
         return v
     return parse
+
+
+def _cache_dir(text: str) -> str:
+    return text.strip()
+
+
+def resolve_cache_dir(value: str) -> str | None:
+    """The `cache-dir` option's folder: `none` (any case) is no cache, empty (the default)
+    the user cache directory (`mirage.paths.search_cache_dir()`), else the path given
+    (`~` expanded)."""
+    from ..paths import search_cache_dir
+
+    if value.lower() == "none":
+        return None
+    return os.path.expanduser(value) if value else search_cache_dir()
 
 
 def _unsearchable(func) -> list:
@@ -73,7 +96,9 @@ class SuperoptimizePass(Pass):
         Option("time-limit", _seconds, 600.0, "seconds for the pass (shared by its functions)"),
         Option("seed", _count(0), 0, "seed of the equivalence check's random inputs"),
         Option("workers", _count(0), 0, "worker processes (0: all cores)"),
-        Option("cache-dir", str, "", "result cache directory (empty: none)"),
+        Option("cache-dir", _cache_dir, "", "result cache directory; default (empty): the user cache, "
+               "$MIRAGE_CACHE_DIR/search, else $XDG_CACHE_HOME/mirage/search, else ~/.cache/mirage/search; "
+               "none: no cache"),
         Option("keep-top-k", _count(1), 1, "also keep the next verified candidates as @<name>_alt<k>"),
         Option("verbose", parse_bool, True, "progress and report on stderr"),
     )
@@ -93,6 +118,14 @@ class SuperoptimizePass(Pass):
         graphs = import_graphs(module, "mirage-superoptimize")
         kw = {k.replace("-", "_"): v for k, v in o.items() if k.startswith("max-") and v}
         top_k = max(1, o["keep-top-k"])
+        cache_dir = resolve_cache_dir(o["cache-dir"])
+        if cache_dir is not None:
+            try:
+                os.makedirs(cache_dir, exist_ok=True)
+            except OSError as e:  # a read-only home must not fail the pass after its search
+                diagnostics.warning(module.operation, f"mirage-superoptimize: cache directory {cache_dir} cannot "
+                                                      f"be created ({e.strerror or e}); searching without a cache")
+                cache_dir = None
         out = []
         for k, (f, g) in enumerate(zip(funcs, graphs)):
             share = (deadline - time.monotonic()) / (len(graphs) - k)
@@ -102,7 +135,7 @@ class SuperoptimizePass(Pass):
                 out.append(g)
                 continue
             try:
-                res = superoptimize(g, o["preset"] or "auto", o["verbose"], cache_dir=o["cache-dir"] or None,
+                res = superoptimize(g, o["preset"] or "auto", o["verbose"], cache_dir=cache_dir,
                                     time_limit=share, seed=o["seed"], workers=o["workers"],
                                     top_k=max(top_k, 3), **kw)
             except ValueError as e:  # a user-visible diagnostic (bad preset or limits, a rule), not a traceback
@@ -117,7 +150,8 @@ class SuperoptimizePass(Pass):
                 out.append(c.graph)
             if o["verbose"]:
                 print(f"[mirage-superoptimize] @{name}: best of {len(res.candidates)} kept candidates: "
-                      f"{res.candidates[0].cost.summary()}", file=sys.stderr)
+                      f"{res.candidates[0].cost.summary()}"
+                      + (f" (from cache {cache_dir})" if res.from_cache else ""), file=sys.stderr)
             if res.stats.stopped == "interrupted":  # Ctrl-C: keep what was verified, leave the rest
                 diagnostics.warning(f, f"mirage-superoptimize: @{name}: interrupted (Ctrl-C); the best verified "
                                        f"program so far is kept" + (f", {len(graphs) - k - 1} function(s) after it "

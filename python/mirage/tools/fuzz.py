@@ -38,12 +38,13 @@ SPLIT = re.compile(r"^// -----\s*$", re.M)
 OUTCOMES = ("ok", "located", "unlocated", "internal", "crash", "hang")
 
 # Small limits so that a superoptimize run is a fraction of a second; the time limit is
-# also what the pass must honour (runs over it are counted as `late`).
+# also what the pass must honour (runs over it are counted as `late`). `cache-dir=none`:
+# every run searches, and random programs do not fill the user's result cache.
 SUPER_TIME_LIMIT = 0.3
 MODES = {
     "parse": [],
     "superoptimize": [f"--mirage-superoptimize=time-limit={SUPER_TIME_LIMIT} max-kernel-ops=2 max-block-ops=5 "
-                      "max-graph-defs=1 workers=1 verbose=0"],
+                      "max-graph-defs=1 workers=1 verbose=0 cache-dir=none"],
     "verify": ["--mirage-verify=max-trials=4"],
     "convert-mirage-to-gpu": ["--convert-mirage-to-gpu"],
     "smem-plan": ["--mirage-smem-plan"],
