@@ -197,10 +197,11 @@ def _import_graph_def(op, env: _Env, g: KNGraph):
         env[r] = t
 
 
-def _import_function(func) -> KNGraph:
+def _import_function(func, smem_capacity: int | None = None) -> KNGraph:
     import mlir.ir as ir
 
     g = KNGraph(name_of(func))
+    g.smem_capacity = smem_capacity  # the [smem] rule of its block graphs reads it
     env = _Env()
     block = func.regions[0].blocks[0]
     arg_attrs = func.attributes["arg_attrs"] if "arg_attrs" in func.attributes else None
@@ -255,8 +256,7 @@ def parse_mlir(source) -> list[KNGraph]:
     for f in _ops(op.regions[0].blocks[0]):
         if f.name == "func.func":
             with _at(f):  # the arguments' rules (dtypes, sizes, strides)
-                g = _import_function(f)
-            g.smem_capacity = cap
+                g = _import_function(f, cap)
             graphs.append(g)
     return graphs
 

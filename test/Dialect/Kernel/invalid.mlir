@@ -172,3 +172,46 @@ func.func @kn_op_in_a_block_graph(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
   }
   return %0 : tensor<16x64xf16>
 }
+
+// -----
+
+// A kernel that writes nothing (the Python builder's rule; C++ accepted it).
+func.func @launch_no_output(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  // expected-error @+1 {{[launch] the block graph has no output (no tb.output)}}
+  kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 64 : (tensor<16x64xf16>) -> () {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %b0 = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+  }
+  return %a : tensor<16x64xf16>
+}
+
+// -----
+
+// An output that maps i is saved inside the loop: with forloop 1 too, no accumulator
+// on the way to it (the Python builder's rule; C++ checked it with forloop > 1 only).
+func.func @accumulator_saved_every_iteration_forloop1(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 64
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <i -> 1> : tensor<16x64xf16> -> tensor<16x64xf16>
+    %s = tb.forloop_accum none %t : tensor<16x64xf16> -> tensor<16x64xf16>
+    // expected-error @+1 {{[accumulator] tb.output #0 maps the for-loop dim i (saved every iteration) but a path from a tb.input to it passes a tb.forloop_accum}}
+    tb.output %s map <i -> 1> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+// ... and from a loop-invariant input neither.
+func.func @accumulator_saved_every_iteration_invariant(%a: tensor<16x64xf16>) -> tensor<16x256xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 4 dimx 64
+      : (tensor<16x64xf16>) -> tensor<16x256xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    %s = tb.forloop_accum max %t : tensor<16x64xf16> -> tensor<16x64xf16>
+    // expected-error @+1 {{[accumulator] tb.output #0 maps the for-loop dim i}}
+    tb.output %s map <i -> 1> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x256xf16>
+}

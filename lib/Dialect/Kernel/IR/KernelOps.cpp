@@ -164,6 +164,9 @@ LogicalResult GraphDefOp::verify() {
                          << arg.getType() << " but operand #" << k << " has type "
                          << operand.getType();
   size_t numOutputs = getOutputOps().size();
+  // a kernel that writes nothing computes nothing (the Python builder's rule)
+  if (numOutputs == 0 && getNumResults() == 0)
+    return emitError() << "[launch] the block graph has no output (no tb.output)";
   if (numOutputs != getNumResults())
     return emitError() << "[launch] the body has " << numOutputs
                        << " tb.output ops but the kernel has " << getNumResults()
@@ -247,17 +250,24 @@ LogicalResult GraphDefOp::verifyRegions() {
                   "this one and another before it)";
     }
   }
+  // An output that maps i is saved inside the loop, every iteration, and an
+  // accumulator's result exists only after the loop: no path from any tb.input to
+  // such an output passes one, whatever the for-loop range (with forloop 1 the
+  // lowering would save the tile before the accumulator's finish).
   int64_t forloop = getForloopRange();
+  for (auto [k, out] : llvm::enumerate(getOutputOps())) {
+    auto o = cast<tb::OutputOp>(out);
+    if (o.getMap().getI() >= 0 && (get(o.getValue()) & 6))
+      return o.emitError() << "[accumulator] tb.output #" << k
+                           << " maps the for-loop dim i (saved every iteration) "
+                              "but a path from a tb.input to it passes a "
+                              "tb.forloop_accum";
+  }
   if (forloop > 1) {
     for (auto [k, out] : llvm::enumerate(getOutputOps())) {
       auto o = cast<tb::OutputOp>(out);
       unsigned m = varying.lookup(o.getValue());
       bool mapsI = o.getMap().getI() >= 0;
-      if (mapsI && (m & 2))
-        return o.emitError() << "[accumulator] tb.output #" << k
-                             << " maps the for-loop dim i (saved every iteration) "
-                                "but a path from a loop-varying tb.input to it passes a "
-                                "tb.forloop_accum";
       if (!mapsI && (m & 1))
         return o.emitError() << "[accumulator] with forloop " << forloop
                              << ", a path from a loop-varying tb.input to tb.output #" << k

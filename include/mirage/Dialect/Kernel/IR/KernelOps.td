@@ -342,13 +342,16 @@ def Kernel_GraphDefOp : Kernel_Op<"graph_def", [
     }
     ```
 
-    Verified rules: `[launch]` (3 positive grid and block dims, forloop ≥ 1,
-    dimx ≥ 1, region arguments match operands, one `tb.output` per result),
-    `[dtype]`, `[accumulator]` (with forloop > 1 every path from a loop-varying
-    `tb.input`, one whose map has `i`, to a `tb.output` passes exactly one
-    `tb.forloop_accum`, or none if the output maps `i`; loop-invariant inputs may
-    reach ops after the loop directly; no path passes two) and
-    `[smem]` (the tiles of all `tb` results fit in shared memory).
+    Verified rules: `[launch]` (3 positive grid and block dims within CUDA's
+    limits, 1 ≤ forloop ≤ 2^31-1, dimx ≥ 1, region arguments match operands, one
+    `tb.output` per result, at least one), `[dtype]`, `[nesting]` (the body holds
+    `tb` ops only), `[accumulator]` (with forloop > 1 every path from a
+    loop-varying `tb.input`, one whose map has `i`, to a `tb.output` that does not
+    map `i` passes exactly one `tb.forloop_accum`; loop-invariant inputs may reach
+    ops after the loop directly; a `tb.output` that maps `i` is saved every
+    iteration, so no path from any `tb.input` to it passes one, whatever the
+    forloop; no path passes two) and `[smem]` (the tiles of all `tb` results fit
+    in shared memory).
   }];
   let arguments = (ins Variadic<Mirage_Tensor>:$inputs,
                        DenseI64ArrayAttr:$grid_dims,
