@@ -1,8 +1,11 @@
-"""Full-size searches of the paper's benchmarks (shapes of DESIGN.md).
+"""Full-size searches of the paper's benchmarks (shapes of DESIGN.md), or, with
+`--programs`, the default search (no option but workers and the time limit) on the
+ordinary programs of examples/programs.py at LLM decode sizes.
 
     PYTHONPATH=python python benchmarks/search_benchmarks.py [names...] [--workers 2]
+    PYTHONPATH=python python benchmarks/search_benchmarks.py --programs [names...] [--time-limit 180]
 
-Writes benchmarks/results/search_benchmarks.md.
+Writes benchmarks/results/search_benchmarks.md (or search_default.md).
 """
 import argparse
 import datetime
@@ -55,13 +58,55 @@ PRESET = {"rmsnorm_linear": ("mlp", {}), "rmsnorm_eps_linear": ("mlp", {}), "gat
                                 tile_sizes=(1,), franges=(1,), predefined_ops=False))}
 
 
+def default_programs(a):
+    """The default call on each ordinary program: time (with the load average), states,
+    kernels before and after, the cost model's gain and how the best was verified."""
+    from programs import PROGRAMS
+
+    names = a.names or list(PROGRAMS)
+    out = ["# The default search on ordinary programs", "",
+           f"Machine: {platform.node()} ({platform.machine()}, {os.cpu_count()} cores), {a.workers} worker "
+           f"processes, {datetime.date.today()}.",
+           f"Command: `PYTHONPATH=python python benchmarks/search_benchmarks.py --programs {' '.join(a.names)} "
+           f"--workers {a.workers} --time-limit {a.time_limit:g}`", "",
+           "Each program (examples/programs.py, size `decode`: 8 tokens, hidden 4096) is searched by "
+           "`superoptimize(g, \"auto\", measure=False, workers=..., time_limit=...)`. Costs are the analytical "
+           "cost model (H100 parameters). Load: the 1-minute load average before / after the search.", "",
+           "| program | search time | load | states | kernels before → after | reference cost | best cost | gain "
+           "| best verified by |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    kernels = lambda g: len(g.ops) - sum(op.kind == "constant" for op in g.ops)
+    for n in names:
+        ref = PROGRAMS[n].reference("decode")
+        load0 = os.getloadavg()[0]
+        res = superoptimize(ref, "auto", verbose=True, measure=False, workers=a.workers, time_limit=a.time_limit)
+        print(res.report(), file=sys.stderr)
+        c = res.candidates[0]
+        how = "(reference)" if c.key == "reference" else c.verification.split(" (")[0]
+        out.append(f"| {n} | {res.seconds:.1f} s{' (' + res.stats.stopped + ')' if res.stats.stopped else ''} | "
+                   f"{load0:.1f} / {os.getloadavg()[0]:.1f} | {res.stats.states} | "
+                   f"{kernels(ref)} → {kernels(c.graph)} | {res.reference_cost.time * 1e6:.2f} us | "
+                   f"{c.time_us:.2f} us | {res.reference_cost.time / c.cost.time:.2f}× | {how} |")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("names", nargs="*", default=list(PRESET))
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "search_benchmarks.md"))
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--programs", action="store_true", help="the default search on examples/programs.py")
+    ap.add_argument("--out")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=600)
     a = ap.parse_args()
+    results = os.path.join(os.path.dirname(__file__), "results")
+    if a.programs:
+        out = default_programs(a)
+        with open(a.out or os.path.join(results, "search_default.md"), "w") as f:
+            f.write("\n".join(out) + "\n")
+        print("\n".join(out))
+        return
+    a.names = a.names or list(PRESET)
+    a.out = a.out or os.path.join(results, "search_benchmarks.md")
     out = ["# Full-size searches", "",
            f"Machine: {platform.node()} ({platform.machine()}, {os.cpu_count()} cores), {a.workers} worker "
            f"processes, {datetime.date.today()}.",

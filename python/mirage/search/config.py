@@ -55,7 +55,7 @@ class SearchConfig:
     seed: int = 0
     top_k: int = 3  # candidates formally verified and kept (best first)
     verify: bool = True
-    partition: str = "auto"  # Lax partitioning: auto | strict | off (search/partition.py)
+    partition: str = "auto"  # Lax partitioning: auto | split | strict | off (search/partition.py)
     # timing on the GPU (search/measure.py), as Mirage's superoptimize arguments: runs of each
     # candidate before timing, and timed runs
     warmup_iters: int = 16
@@ -93,8 +93,8 @@ class SearchConfig:
         for name in ("tile_sizes", "grid_tile_sizes"):
             if not all(count(t, 1) for t in getattr(self, name)):
                 bad(name, "must be integers >= 1")
-        if self.partition not in ("auto", "strict", "off"):
-            bad("partition", "must be 'auto', 'strict' or 'off'")
+        if self.partition not in ("auto", "split", "strict", "off"):
+            bad("partition", "must be 'auto', 'split', 'strict' or 'off'")
         if self.checker not in ("fast", "z3"):
             bad("checker", "must be 'fast' or 'z3'")
         for g in self.griddims or ():
@@ -143,6 +143,15 @@ def auto_preset(ref) -> str | None:
     return "mlp"
 
 
+def auto_config(ref) -> tuple[str, dict]:
+    """The preset for `ref` (`auto_preset`) and the limits adapted to its size."""
+    name = auto_preset(ref)
+    adapted = {}
+    if name == "rows":  # room for every op of the program plus iterators and saver
+        adapted["max_block_ops"] = max(9, len(ref.ops) + 4)
+    return name, adapted
+
+
 def make_config(config=None, **overrides) -> SearchConfig:
     if isinstance(config, SearchConfig):
         base = config
@@ -174,10 +183,11 @@ class _UF:
             self.p[max(a, b)] = min(a, b)
 
 
-def dim_classes(g, explicit: bool = False) -> tuple[list[tuple], set]:
-    """Class of every dim of each input of KNGraph `g` (tuples of class names, None for
-    size-1 dims) and the set of reduced classes (contracted or reduced somewhere; with
-    `explicit`, only those reduced by a reduction op, not by a matmul contraction)."""
+def dim_classes(g, explicit: bool = False, also=()) -> tuple[list[tuple], set, set]:
+    """Class of every dim of each input of KNGraph `g`, then of each tensor of `also`
+    (tuples of class names, None for size-1 dims), the set of reduced classes (contracted or reduced somewhere; with
+    `explicit`, only those reduced by a reduction op, not by a matmul contraction) and the
+    set of batch classes (the leading dims of a matmul: independent problems)."""
     uf = _UF()
     key = {}
     order = []
@@ -193,12 +203,14 @@ def dim_classes(g, explicit: bool = False) -> tuple[list[tuple], set]:
         for d in range(len(t.shape)):
             k(t, d)
     reduced = []
+    batch = []
     for op in g.ops:
         ins, out = op.inputs, op.outputs[0] if op.outputs else None
         if op.kind == "matmul":
             a, b = ins
             r = len(a.shape)
             for d in range(r - 2):
+                batch.append(k(out, d))
                 uf.union(k(a, d), k(out, d))
                 uf.union(k(b, d), k(out, d))
             uf.union(k(a, r - 2), k(out, r - 2))
@@ -229,7 +241,7 @@ def dim_classes(g, explicit: bool = False) -> tuple[list[tuple], set]:
                         uf.union(k(x, d), k(out, off + d))
     names: dict = {}
     classes = []
-    for t in g.inputs:
+    for t in list(g.inputs) + list(also):
         cs = []
         for d, n in enumerate(t.shape):
             if n == 1:
@@ -240,7 +252,7 @@ def dim_classes(g, explicit: bool = False) -> tuple[list[tuple], set]:
             cs.append(names[root])
         classes.append(tuple(cs))
     red = {names[uf.find(r)] for r in reduced if uf.find(r) in names}
-    return classes, red
+    return classes, red, {names[uf.find(b)] for b in batch if uf.find(b) in names} - red
 
 
 # -- schedules ---------------------------------------------------------------------------
@@ -262,8 +274,10 @@ def _tile_ok(tile: int, extent: int, cfg: SearchConfig, reduced: bool = True) ->
 
 
 def schedules(shapes: Sequence[tuple], classes: Sequence[tuple], reduced: set, cfg: SearchConfig,
-              loop_needed: bool | None = None) -> list[Schedule]:
-    """Schedule candidates for a graph-defined kernel over inputs of `shapes`."""
+              loop_needed: bool | None = None, batch: set = frozenset()) -> list[Schedule]:
+    """Schedule candidates for a graph-defined kernel over inputs of `shapes`. Batch
+    classes (independent problems, e.g. batch x heads of attention) may always split into
+    tiles of 1: the extent rules below are for the dims of one problem."""
     if cfg.griddims is not None or cfg.imaps is not None or cfg.fmaps is not None:
         return _explicit_schedules(shapes, cfg)
     extent: dict = {}
@@ -277,11 +291,12 @@ def schedules(shapes: Sequence[tuple], classes: Sequence[tuple], reduced: set, c
     opts = {}
     for c in cls:
         n = extent[c]
-        if (c in reduced and n < cfg.min_split_reduced) or cfg.small_extent < n < cfg.min_split_extent:
+        if c not in batch and ((c in reduced and n < cfg.min_split_reduced)
+                               or cfg.small_extent < n < cfg.min_split_extent):
             opts[c] = [1]
             continue
         divs = [d for d in range(1, n + 1) if n % d == 0 and d <= cfg.max_blocks
-                and (cfg.min_split_extent == 0 or n <= cfg.small_extent or n // d > 1)]
+                and (cfg.min_split_extent == 0 or n <= cfg.small_extent or n // d > 1 or c in batch)]
         grid_opts = [1] + [d for d in divs if d > 1 and (cfg.grid_reduced or c not in reduced)]
         opts[c] = grid_opts
     out = []

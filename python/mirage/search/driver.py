@@ -27,6 +27,7 @@ from . import measure as M
 from .partition import needs_partition, partitioned_search
 from .progress import Progress, enumeration_status
 from .result import Candidate, SearchResult, diverse, order as _order
+from .seed import row_seeds
 
 
 # -- worker side -------------------------------------------------------------------------
@@ -94,10 +95,11 @@ def _run_item(item):
 
 def work_items(gen: Generator) -> list:
     """The first kernel op of every candidate, most promising first: graph-defined kernels
-    over more inputs, then block counts near one wave of the SMs, then shorter loops
-    (the order only matters for what finishes under a time limit: results are merged
-    and ranked independently of it)."""
-    from math import log2, prod
+    over more inputs, then by the time their blocks take to read their input tiles from
+    device memory (replicated tiles are read once per block; fewer blocks than SMs use
+    that share of the bandwidth), then shorter loops (the order only matters for what
+    finishes under a time limit: results are merged and ranked independently of it)."""
+    from math import prod
 
     st = gen.initial()
     items = []
@@ -108,12 +110,19 @@ def work_items(gen: Generator) -> list:
             for s in gen.schedules_for(st, c[1]):
                 items.append(("graph_def", c[1], s))
     sms = gen.cfg.sms
+    tensors = st["tensors"]
 
     def prio(it):
         if it[0] == "op":
             return (1, 0, 0.0, 0)
         _, I, s = it
-        return (0, -len(I), abs(log2(prod(s.grid) / sms)), s.forloop)
+        blocks = prod(s.grid)
+        read = 0
+        for i, (imap, _) in zip(I, s.maps):
+            t = tensors[i]
+            split = prod(n for n, d in zip(s.grid, imap) if d != -1)
+            read += prod(t.shape) * t.dtype.itemsize // split * blocks
+        return (0, -len(I), read / min(1.0, blocks / sms), s.forloop)
 
     order = sorted(range(len(items)), key=lambda k: (prio(items[k]), k))
     return [items[k] for k in order]
@@ -124,6 +133,8 @@ def work_items(gen: Generator) -> list:
 # the enumeration stops at this share of the time limit; the checks of the best candidates
 # (float64, then the formal verifier: seconds each at full size) take the rest
 ENUMERATION_SHARE = 0.5
+# share of the time limit for the default's split search (partition="split"), run first
+SPLIT_SHARE = 0.3
 # after Ctrl-C the checks get this long (seconds) before the verified results so far (or
 # the reference) are returned
 INTERRUPT_GRACE = 1.5
@@ -143,11 +154,11 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
 
     preset = config
     if config == "auto":
-        from .config import auto_preset
+        from .config import auto_config
 
-        config = auto_preset(ref)
-        if config == "rows":  # room for every op of the program plus iterators and saver
-            overrides.setdefault("max_block_ops", max(9, len(ref.ops) + 4))
+        config, adapted = auto_config(ref)
+        for k, v in adapted.items():
+            overrides.setdefault(k, v)
     cfg = make_config(config, **overrides)
     for g in cfg.griddims or ():  # a grid that fits nothing would be dropped silently
         shapes = [tuple(t.shape) for t in ref.inputs]
@@ -166,10 +177,26 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
         cands = [Candidate(g, cost(g, device), B.graph_key(g)) for g in hit]
         res = SearchResult(ref, cands, Stats(), time.monotonic() - t0, cfg, ref_cost, from_cache=True)
         return _measured(res, measure, verbose)
-    if needs_partition(ref, cfg.partition):
-        res = partitioned_search(ref, cfg, verbose, device, preset, _search)
+    # (not for attention: its exp feeds a matmul, and the whole search fuses the two)
+    split = preset == "auto" and config in ("mlp", "lora") and cfg.partition == "auto" \
+        and needs_partition(ref, "split")
+    if split:
+        # the default's baseline: the program cut where computed tensors enter matmuls,
+        # each side searched alone (fast); the whole-program search then has to beat it
+        base = partitioned_search(ref, cfg.with_(partition="split", time_limit=SPLIT_SHARE * cfg.time_limit),
+                                  verbose, device, preset, _search, _rank)
+        cfg_whole = cfg.with_(time_limit=max(1.0, cfg.time_limit - (time.monotonic() - t0)))
     else:
-        res = _search(ref, cfg, verbose, device)
+        cfg_whole = cfg
+    if split and base.stats.stopped == "interrupted":
+        res = base
+    elif needs_partition(ref, cfg.partition):
+        res = partitioned_search(ref, cfg_whole, verbose, device, preset, _search, _rank)
+    else:
+        res = _search(ref, cfg_whole, verbose, device)
+    if split:
+        res = _merged(res, base)
+    res.config = cfg
     res.seconds = time.monotonic() - t0
     res.reference_cost = ref_cost
     if cache_dir and not res.stats.stopped:
@@ -179,6 +206,16 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
     res = _measured(res, measure, verbose)
     if verbose:
         print(res.report(), file=sys.stderr)
+    return res
+
+
+def _merged(res: SearchResult, base: SearchResult) -> SearchResult:
+    """`res` with the verified candidates of the split search `base` ranked among its own."""
+    keys = {B.graph_key(c.graph) for c in res.candidates}
+    extra = [c for c in base.candidates if c.key != "reference" and B.graph_key(c.graph) not in keys]
+    res.candidates = sorted(res.candidates + extra, key=_order)
+    res.stats.merge(base.stats)
+    res.notes = [f"split search (computed matmul operands cut): {n}" for n in base.notes] + res.notes
     return res
 
 
@@ -208,6 +245,12 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     workers = max(1, min(workers, len(items) or 1))
     stats = Stats()
     found: dict = {}
+    if pro is None:
+        for plan in row_seeds(ref, cfg):
+            try:
+                found[B.plan_key(plan)] = (plan, cost(B.build(ref, plan), device).time)
+            except Exception:  # a seed the builder rejects (shared memory, ...) is not a candidate
+                stats.rejected += 1
     progress = Progress(verbose)  # its phase starts after the workers are forked (it runs a thread)
     enumeration = ("enumeration", len(items), "items", f"{len(items)} work items, {workers} worker(s)")
 

@@ -116,7 +116,7 @@ class Generator:
 
         self.targets = output_exprs(ref, self.T)
         self.target_shapes = [t.shape for t in ref.outputs]
-        self.in_classes, self.reduced = dim_classes(ref)
+        self.in_classes, self.reduced, self.batch = dim_classes(ref)
         # classes the reference sums by a reduction op (not only by a matmul contraction):
         # a standalone sum over a contraction class of a complete (non-partial) tile is
         # never part of the reference's value (it would be sum_d x[d], not sum_d x[d] y[d])
@@ -346,7 +346,7 @@ class Generator:
     def schedules_for(self, st, I) -> list[Schedule]:
         tensors = st["tensors"]
         xs = [tensors[i] for i in I]
-        return schedules([x.shape for x in xs], [x.classes for x in xs], self.reduced, self.cfg)
+        return schedules([x.shape for x in xs], [x.classes for x in xs], self.reduced, self.cfg, batch=self.batch)
 
     def graph_defs(self, st, I, only_schedules=None):
         """Yield the kernel states extending `st` by a graph-defined kernel over inputs `I`."""

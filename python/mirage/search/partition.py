@@ -11,11 +11,17 @@ remainders, search each subprogram, and stitch the results.
   verifier models them as uninterpreted functions (docs/verify.md) and the search fuses
   them (GatedMLP's silu).
 - `partition="strict"`: every op that `mirage.verify.lax` reports as not Lax.
+- `partition="split"`: as `auto`, and the program is also cut where a computed tensor
+  enters a matmul as an operand (a norm or an activation before a projection): each
+  side is searched on its own, the producer's side as a kernel that ends in that tensor.
+  This is the fallback of the default search (driver.py): it fuses what the whole-program
+  search cannot reach within its limits (LayerNorm before a matmul, a norm in front of a
+  gated MLP, two matmuls with an activation between).
 - `partition="off"`: search the program whole.
 
 Subprograms are the connected components of the non-barrier ops that have the same
 *level* (barriers counted as late as possible: an op's level is its earliest
-consumer's, less one if the op is a barrier); a path that leaves a
+consumer's, less one if the op is a barrier or the edge to that consumer is cut); a path that leaves a
 component through a barrier and comes back would have to raise the level, so every
 component is convex and the components and barriers have a topological order. Each
 subprogram becomes a KNGraph (its external tensors are its inputs; what the rest of the
@@ -34,6 +40,7 @@ from ..core.graph import KNGraph
 from . import build as B
 
 LAYOUT = ("reshape", "transpose", "concat", "repeat")
+SEARCH_SHARE = 0.6  # of the time limit, for the subprograms' searches
 
 
 def barriers(ref: KNGraph, mode: str = "auto") -> set:
@@ -63,10 +70,21 @@ def barriers(ref: KNGraph, mode: str = "auto") -> set:
     return out
 
 
+def cuts(ref: KNGraph, mode: str, bars: set) -> set:
+    """Edges (producer, consumer) between op indices that `mode` cuts: with "split", a
+    computed tensor entering a matmul as an operand."""
+    if mode != "split":
+        return set()
+    producer = {id(t): k for k, op in enumerate(ref.ops) for t in op.outputs}
+    return {(producer[id(t)], k) for k, op in enumerate(ref.ops) if op.kind == "matmul"
+            for t in op.inputs if id(t) in producer and producer[id(t)] not in bars}
+
+
 def subprograms(ref: KNGraph, mode: str = "auto"):
     """(units, barrier set): units in topological order, each ("sub", [op indices]) or
     ("op", op index)."""
     bars = barriers(ref, mode)
+    cut = cuts(ref, mode, bars)
     producer = {}
     for k, op in enumerate(ref.ops):
         for t in op.outputs:
@@ -77,7 +95,7 @@ def subprograms(ref: KNGraph, mode: str = "auto"):
         for t in op.inputs:
             p = producer.get(id(t))
             if p is not None:
-                lv = max(lv, level[p] + (1 if p in bars else 0))
+                lv = max(lv, level[p] + (1 if p in bars or (p, k) in cut else 0))
         level[k] = lv
     # as late as possible (ops join the subprogram of their consumers: a matmul that
     # only feeds the op after a barrier is searched with that op)
@@ -90,7 +108,8 @@ def subprograms(ref: KNGraph, mode: str = "auto"):
                 consumers.setdefault(p, []).append(k)
     for k in reversed(range(len(ref.ops))):
         cs = consumers.get(k, [])
-        level[k] = min((level[c] for c in cs), default=top) - (1 if k in bars else 0)
+        level[k] = min((level[c] - (1 if (k, c) in cut else 0) for c in cs), default=top) \
+            - (1 if k in bars else 0)
     parent = {k: k for k in range(len(ref.ops)) if k not in bars}
 
     def find(x):
@@ -104,7 +123,7 @@ def subprograms(ref: KNGraph, mode: str = "auto"):
             continue
         for t in op.inputs:
             p = producer.get(id(t))
-            if p is not None and p not in bars and level[p] == level[k]:
+            if p is not None and p not in bars and (p, k) not in cut and level[p] == level[k]:
                 a, b = find(p), find(k)
                 if a != b:
                     parent[max(a, b)] = min(a, b)
@@ -142,7 +161,8 @@ def subprograms(ref: KNGraph, mode: str = "auto"):
 def needs_partition(ref: KNGraph, mode: str = "auto") -> bool:
     if mode == "off" or any(op.kind == "graph_def" for op in ref.ops):
         return False
-    return bool(barriers(ref, mode))
+    bars = barriers(ref, mode)
+    return bool(bars or cuts(ref, mode, bars))
 
 
 def _subgraph(ref: KNGraph, ops_idx: list, name: str):
@@ -177,13 +197,11 @@ def _subgraph(ref: KNGraph, ops_idx: list, name: str):
     return g, ext, outs
 
 
-def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset=None, search=None):
-    """Search each Lax subprogram of `ref`, stitch the best plans; a SearchResult."""
-    from .result import Candidate, SearchResult, order as _order
+def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search, rank):
+    """Search each Lax subprogram of `ref` (`search`: the driver's), stitch the best plans
+    and check the result (`rank`: the driver's); a SearchResult."""
     from .generator import Stats
-    from . import check as CHK
-    from .config import auto_preset, make_config
-    from .cost import cost
+    from .config import auto_config, make_config
 
     t0 = time.monotonic()
     units, bars = subprograms(ref, cfg.partition)
@@ -193,22 +211,26 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset=None, se
     stats = Stats()
     notes = []
     deadline = t0 + cfg.time_limit
-    n_sub = sum(u[0] == "sub" for u in units)
+    n_sub = sum(u[0] == "sub" and len(u[1]) > 1 for u in units)
     done_sub = 0
     for u in units:
-        if u[0] == "op":
-            op = ref.ops[u[1]]
+        if u[0] == "op" or len(u[1]) == 1:  # a barrier, or one op alone: nothing to fuse
+            op = ref.ops[u[1] if u[0] == "op" else u[1][0]]
             attrs = tuple(sorted(op.attrs.items()))
             plan_ops.append(("op", op.kind, tuple(index[id(t)] for t in op.inputs), attrs))
             index[id(op.outputs[0])] = n
             n += 1
-            notes.append(f"kept {op.kind} (not Lax / not searchable) as a pre-defined kernel op")
+            if u[0] == "op":
+                notes.append(f"kept {op.kind} (not Lax / not searchable) as a pre-defined kernel op")
             continue
         sub, ext, outs = _subgraph(ref, u[1], f"{ref.name}_part{done_sub}")
-        left = max(1.0, (deadline - time.monotonic()) / max(1, n_sub - done_sub))
+        # the subprograms share the first part of the time limit, the check of the
+        # stitched program has the rest
+        left = max(1.0, (t0 + SEARCH_SHARE * cfg.time_limit - time.monotonic()) / max(1, n_sub - done_sub))
         done_sub += 1
         if preset == "auto":
-            scfg = make_config(auto_preset(sub)).with_(
+            name, adapted = auto_config(sub)
+            scfg = make_config(name, **adapted).with_(
                 **{k: getattr(cfg, k) for k in ("workers", "seed", "prune", "checker", "max_states", "verify")})
         else:
             scfg = cfg
@@ -240,27 +262,14 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset=None, se
             index[id(t)] = remap[k]
         notes.append(f"subprogram {done_sub} ({len(u[1])} ops): best {best.cost.summary()}")
     plan = (tuple(plan_ops), tuple(index[id(t)] for t in ref.outputs))
-    g = B.build(ref, plan)
-    cands = []
-    if cfg.verify and not CHK.float_equivalent(ref, g, cfg.seed):
-        stats.rejected += 1
-        notes.append("the stitched μGraph failed the float64 check (kept the reference)")
-    else:
-        c = Candidate(g, cost(g, device), B.plan_key(plan), plan)
-        if cfg.verify and CHK.USE_FORMAL_VERIFIER:
-            r = CHK.formal_equivalent(ref, g, cfg.seed)
-            stats.formal += 1
-            if r:
-                c.verification = r.summary()
-                cands.append(c)
-            else:
-                stats.formal_rejected += 1
-                notes.append(f"the stitched μGraph failed the verifier: {r.reason}")
-        else:
-            cands.append(c)
-    base = Candidate(ref, cost(ref, device), "reference", B.reference_plan(ref))
-    base.verification = "reference"
-    cands.append(base)
-    cands.sort(key=_order)
+    # the stitched program is checked like any candidate, within what is left of the time
+    # limit (a check still running at the deadline is abandoned and the reference kept)
+    found = {B.plan_key(plan): (plan, 0.0)} if plan != B.reference_plan(ref) else {}
+    res = rank(ref, cfg.with_(top_k=1), stats, found, device, time.monotonic() - t0, deadline=deadline)
+    notes += res.notes
+    if found and all(c.key == "reference" for c in res.candidates):
+        notes.append("the stitched μGraph failed its checks or ran out of time (kept the reference)")
     notes.insert(0, f"Lax partitioning ({cfg.partition}): {n_sub} subprogram(s), {len(bars)} op(s) kept")
-    return SearchResult(ref, cands, stats, time.monotonic() - t0, cfg, notes=notes)
+    res.notes = notes
+    res.seconds = time.monotonic() - t0
+    return res

@@ -47,10 +47,56 @@ class Prologues:
         return fold(self, plan)
 
 
+def hoist_scales(ref: KNGraph) -> KNGraph:
+    """`ref`, or an equivalent program in which every product of a matmul with a constant
+    scalar, `(A @ B) * c`, reads `(A * c) @ B` instead (attention's 1/sqrt(d) on the
+    scores): the scale becomes part of A's prologue, and the core program is the one
+    without it. The matmul's result must have no other reader."""
+    const = {id(op.outputs[0]) for op in ref.ops if op.kind == "constant"
+             and all(n == 1 for n in op.outputs[0].shape)}
+    readers: dict = {}
+    for op in ref.ops:
+        for t in op.inputs:
+            readers[id(t)] = readers.get(id(t), 0) + 1
+    mm = {id(op.outputs[0]): op for op in ref.ops if op.kind == "matmul"}
+    scale = {}  # id(mul output) -> (matmul op, constant tensor)
+    for op in ref.ops:
+        if op.kind == "mul":
+            a, b = op.inputs
+            if id(b) in mm and id(a) in const:
+                a, b = b, a
+            if id(a) in mm and id(b) in const and readers[id(a)] == 1 \
+                    and len(b.shape) <= len(mm[id(a)].inputs[0].shape):
+                scale[id(op.outputs[0])] = (mm[id(a)], b)
+    if not scale:
+        return ref
+    skip = {id(m) for m, _ in scale.values()}
+    g = KNGraph(ref.name)
+    env = {id(x): g.new_input(x.shape, dtype=x.dtype) for x in ref.inputs}
+    for k, st in ref.strides.items():
+        g.strides[k] = st
+    for op in ref.ops:
+        if id(op) in skip:
+            continue
+        if id(op.outputs[0]) in scale:
+            m, c = scale[id(op.outputs[0])]
+            a, b = (env[id(t)] for t in m.inputs)
+            y = g.matmul(g.mul(a, env[id(c)]), b)
+        elif op.kind == "constant":
+            y = g.constant(op.attrs["value"], op.attrs["shape"], op.outputs[0].dtype)
+        else:
+            y = getattr(g, op.kind)(*(env[id(t)] for t in op.inputs), **op.attrs)
+        env[id(op.outputs[0])] = y
+    for t in ref.outputs:
+        g.mark_output(env[id(t)])
+    return g
+
+
 def analyze(ref: KNGraph) -> Prologues | None:
     """The prologues of `ref` and its core program, or None if it has none."""
     if any(op.kind == "graph_def" for op in ref.ops):
         return None
+    ref = hoist_scales(ref)
     const_of = {id(op.outputs[0]): j for j, op in enumerate(ref.ops) if op.kind == "constant"}
     found = {}
     claimed: set = set()
