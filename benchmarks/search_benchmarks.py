@@ -82,6 +82,10 @@ def default_programs(a):
         res = superoptimize(ref, "auto", verbose=True, measure=False, workers=a.workers, time_limit=a.time_limit)
         print(res.report(), file=sys.stderr)
         c = res.candidates[0]
+        if a.save:
+            os.makedirs(a.save, exist_ok=True)
+            with open(os.path.join(a.save, f"{n}.mlir"), "w") as f:
+                f.write(c.graph.to_mlir())
         how = "(reference)" if c.key == "reference" else c.verification.split(" (")[0]
         out.append(f"| {n} | {res.seconds:.1f} s{' (' + res.stats.stopped + ')' if res.stats.stopped else ''} | "
                    f"{load0:.1f} / {os.getloadavg()[0]:.1f} | {res.stats.states} | "
@@ -95,6 +99,7 @@ def main():
     ap.add_argument("names", nargs="*")
     ap.add_argument("--programs", action="store_true", help="the default search on examples/programs.py")
     ap.add_argument("--out")
+    ap.add_argument("--save", help="with --programs: write each program's best μGraph to <dir>/<name>.mlir")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=600)
     a = ap.parse_args()

@@ -127,3 +127,16 @@ def test_scaled_attention_fuses_through_the_hoisted_prologue():
     q, k, v = xs
     sc = np.exp(0.25 * (q @ k))
     assert close(best.graph.evaluate(xs)[0], (sc @ v) / sc.sum(-1, keepdims=True))
+
+
+def test_softmax_with_max_fuses_whole_through_its_barrier():
+    # reduce_max is a barrier of the Lax partition (its verification has no bound), but a
+    # row seed of the whole program keeps it in the one kernel, checked like the rest
+    p = PROGRAMS["softmax_max"]
+    res = superoptimize(p.reference("small"), "auto", measure=False, workers=2, time_limit=60)
+    best = res.candidates[0]
+    assert [op.kind for op in best.graph.ops] == ["graph_def"]
+    assert any(op.kind == "reduce_max" for op in best.graph.ops[0].body.ops)
+    assert best.verification.startswith("equivalent")
+    xs = p.random_inputs("small", np.random.default_rng(13))
+    assert close(best.graph.evaluate(xs)[0], p.numpy(*xs))

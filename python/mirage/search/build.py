@@ -46,8 +46,8 @@ def build_ops(g: KNGraph, tensors: list, ops, thread_graphs: bool = True) -> lis
                 ad = dict(attrs)
                 if kind == "accum":
                     tiles.append(tb.forloop_accum(xs[0], None if ad["kind"] == "none" else ad["kind"]))
-                elif kind == "reduction":
-                    tiles.append(tb.reduction(xs[0], ad["dim"]))
+                elif kind in ("reduction", "reduce_max"):
+                    tiles.append(getattr(tb, kind)(xs[0], ad["dim"]))
                 elif kind == "rms_norm":
                     tiles.append(tb.rms_norm(xs[0]))
                 elif kind == "reduction_to_dimx":

@@ -123,8 +123,10 @@ PRESETS = {
                       min_split_reduced=128, min_split_extent=128, min_loop_tile=16, prologues=True),
     # programs without matmul (element-wise chains, norms, softmax): one kernel, whole rows
     # a block, no for-loop; `max_block_ops` adapts to the program ("auto")
+    # (columns no op reduces may split too, so that a short element-wise program still
+    # fills the SMs)
     "rows": dict(max_kernel_ops=1, max_graph_defs=1, max_block_outputs=1, tile_sizes=(1,), franges=(1,),
-                 predefined_ops=False),
+                 grid_tile_sizes=(128, 256, 512, 1024), predefined_ops=False),
 }
 
 

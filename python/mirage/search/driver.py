@@ -192,6 +192,11 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
         res = base
     elif needs_partition(ref, cfg.partition):
         res = partitioned_search(ref, cfg_whole, verbose, device, preset, _search, _rank)
+        # a row program may fuse whole although a barrier split it (softmax's reduce_max)
+        seeds = _seeds(ref, cfg, device)
+        if seeds and res.stats.stopped != "interrupted":
+            res = _merged(res, _rank(ref, cfg, Stats(), seeds, device, 0.0,
+                                     deadline=t0 + cfg.time_limit))
     else:
         res = _search(ref, cfg_whole, verbose, device)
     if split:
@@ -209,13 +214,25 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
     return res
 
 
+def _seeds(ref, cfg, device) -> dict:
+    """The row seeds of `ref` (search/seed.py) that build (fit in shared memory, ...), as
+    the search's found candidates: key -> (plan, cost)."""
+    out = {}
+    for plan in row_seeds(ref, cfg):
+        try:
+            out[B.plan_key(plan)] = (plan, cost(B.build(ref, plan), device).time)
+        except Exception:  # the builder's checks reject it: not a candidate
+            continue
+    return out
+
+
 def _merged(res: SearchResult, base: SearchResult) -> SearchResult:
-    """`res` with the verified candidates of the split search `base` ranked among its own."""
+    """`res` with the verified candidates of `base` (the split search, seeds) ranked among its own."""
     keys = {B.graph_key(c.graph) for c in res.candidates}
     extra = [c for c in base.candidates if c.key != "reference" and B.graph_key(c.graph) not in keys]
     res.candidates = sorted(res.candidates + extra, key=_order)
     res.stats.merge(base.stats)
-    res.notes = [f"split search (computed matmul operands cut): {n}" for n in base.notes] + res.notes
+    res.notes = res.notes + base.notes
     return res
 
 
@@ -246,11 +263,7 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     stats = Stats()
     found: dict = {}
     if pro is None:
-        for plan in row_seeds(ref, cfg):
-            try:
-                found[B.plan_key(plan)] = (plan, cost(B.build(ref, plan), device).time)
-            except Exception:  # a seed the builder rejects (shared memory, ...) is not a candidate
-                stats.rejected += 1
+        found.update(_seeds(ref, cfg, device))
     progress = Progress(verbose)  # its phase starts after the workers are forked (it runs a thread)
     enumeration = ("enumeration", len(items), "items", f"{len(items)} work items, {workers} worker(s)")
 

@@ -109,6 +109,7 @@ class Generator:
         self.ref = ref
         self.cfg = cfg
         self.T = Table()
+        self._shapes: dict = {}
         self.deadline = deadline
         self.stop_flag = stop_flag
         self.stats = Stats()
@@ -173,6 +174,24 @@ class Generator:
 
             return any(z3_is_sub_nf(self.T, e, t) for t in self.targets)
         return any(self.T.is_sub(e, t) for t in self.targets)
+
+    def shape_of(self, kind, shapes: tuple, attrs: tuple):
+        """The shape of a block op's result, or None where the shapes do not fit
+        (memoized: the DFS asks the same question millions of times)."""
+        key = (kind, shapes, attrs)
+        if key not in self._shapes:
+            ad = dict(attrs)
+            try:
+                if kind == "accum":
+                    shape = O.accum_shape(ad["kind"], shapes[0], self.cfg.reduction_dimx)
+                elif kind == "chain":
+                    shape = chain_shape(ad["steps"], shapes[0])
+                else:
+                    shape = O.OPS[kind].shape(list(shapes), ad)
+                self._shapes[key] = tuple(shape)
+            except O.ShapeError:
+                self._shapes[key] = None
+        return self._shapes[key]
 
     def _op_expr(self, kind, in_exprs, in_shapes, attrs):
         return O.OPS[kind].absexpr(self.T, in_exprs, in_shapes, attrs)
@@ -467,45 +486,47 @@ class _BlockCtx:
         n = len(self.tiles)
         kinds = g.block_kinds
         rng = range(n)
+        # canonical order (below): an op's newest operand is never older than the last
+        # op's, so operand sets entirely below `lo` are not generated at all
+        lo = self.last_rank[0] if self.last_rank is not None else 0
+        late = range(lo, n)
         out = []
-        if not self.ops and g.constants and "constant" not in kinds:
-            pass
         for kind in kinds:
             if kind == "matmul":
                 for i in rng:
                     a = self.tiles[i].shape
-                    for j in rng:
+                    for j in (rng if i >= lo else late):
                         b = self.tiles[j].shape
                         if len(a) == len(b) >= 2 and a[-1] == b[-2] and a[:-2] == b[:-2]:
                             out.append((kind, (i, j), ()))
             elif kind in BINARY:
                 for i in rng:
                     a = self.tiles[i].shape
-                    for j in rng:
+                    for j in (rng if i >= lo else late):
                         if i == j or (kind in COMMUTATIVE and j < i):
                             continue
                         if _bcast_ok(a, self.tiles[j].shape):
                             out.append((kind, (i, j), ()))
             elif kind in UNARY or kind == "rms_norm":
-                for i in rng:
+                for i in late:
                     out.append((kind, (i,), (("normalized_shape", (self.tiles[i].shape[-1],)),)
                                 if kind == "rms_norm" else ()))
             elif kind == "reduction":
-                for i in rng:
+                for i in late:
                     for d, m in enumerate(self.tiles[i].shape):
                         if m > 1:
                             out.append((kind, (i,), (("dim", d),)))
             elif kind == "reduction_to_dimx":
-                for i in rng:
+                for i in late:
                     m = self.tiles[i].shape[-1]
                     if m > self.dimx and m % self.dimx == 0:
                         out.append((kind, (i,), (("dimx", self.dimx),)))
         for steps in g.chains:
-            for i in rng:
+            for i in late:
                 out.append(("chain", (i,), (("steps", steps),)))
         if self.s.forloop > 1:
             for kind in g.accum_kinds:
-                for i in rng:
+                for i in late:
                     if self.tiles[i].phase == "pre":
                         out.append(("accum", (i,), (("kind", kind),)))
         # canonical order: rank never decreases
@@ -535,34 +556,23 @@ class _BlockCtx:
                 st.pruned["phase"] += 1
                 return None
             phase = "post" if "post" in phases else ("pre" if "pre" in phases else "inv")
-        # shape and expression
-        if kind == "accum":
-            k = ad["kind"]
-            try:
-                shape = O.accum_shape(k, xs[0].shape, self.dimx)
-            except O.ShapeError:
-                st.pruned["shape"] += 1
-                return None
-            e = O.accum_absexpr(g.T, k, xs[0].expr, xs[0].shape, self.s.forloop, self.dimx)
-        elif kind == "chain":
-            try:
-                shape, e = chain_apply(g.T, ad["steps"], xs[0].shape, xs[0].expr)
-            except O.ShapeError:
-                st.pruned["shape"] += 1
-                return None
-        else:
-            try:
-                shape = tuple(O.OPS[kind].shape([x.shape for x in xs], ad))
-            except O.ShapeError:
-                st.pruned["shape"] += 1
-                return None
-            e = g._op_expr(kind, [x.expr for x in xs], [x.shape for x in xs], ad)
-        # partitioning / provenance
+        # shape, partitioning / provenance, then the expression (most candidates fail the
+        # first two, which are cheaper)
+        shape = g.shape_of(kind, tuple(x.shape for x in xs), attrs)
+        if shape is None:
+            st.pruned["shape"] += 1
+            return None
         prov = self.provenance(kind, xs, shape, ad)
         if prov is None:
             st.pruned["partition"] += 1
             return None
         tags, partial, classes = prov
+        if kind == "accum":
+            e = O.accum_absexpr(g.T, ad["kind"], xs[0].expr, xs[0].shape, self.s.forloop, self.dimx)
+        elif kind == "chain":
+            e = chain_apply(g.T, ad["steps"], xs[0].shape, xs[0].expr)[1]
+        else:
+            e = g._op_expr(kind, [x.expr for x in xs], [x.shape for x in xs], ad)
         if not g.useful(e):
             st.pruned["absexpr"] += 1
             return None
@@ -825,8 +835,20 @@ def constant_chains(ref) -> list:
     return out
 
 
+def chain_shape(steps, shape) -> tuple:
+    """The shape of a constant chain applied to a tile (its own: a constant that would
+    broadcast the tile is a ShapeError)."""
+    for kind, pos, value, cshape in steps:
+        if pos >= 0:
+            shs = [shape, cshape] if pos == 1 else [cshape, shape]
+            if tuple(O.OPS[kind].shape(shs, {})) != tuple(shape):
+                raise O.ShapeError("a chain constant broadcasts the tile")
+    return tuple(shape)
+
+
 def chain_apply(T, steps, shape, e):
     """(shape, abstract expression) of a constant chain applied to a tile."""
+    shape = chain_shape(steps, shape)
     for kind, pos, value, cshape in steps:
         d = O.OPS[kind]
         if pos < 0:
@@ -834,11 +856,8 @@ def chain_apply(T, steps, shape, e):
             continue
         shs = [shape, cshape] if pos == 1 else [cshape, shape]
         es = [e, T.const()] if pos == 1 else [T.const(), e]
-        new = tuple(d.shape(shs, {}))
-        if new != tuple(shape):
-            raise O.ShapeError("a chain constant broadcasts the tile")
         e = d.absexpr(T, es, shs, {})
-    return tuple(shape), e
+    return shape, e
 
 
 def _out_classes(kind, xs, shape, ad):
