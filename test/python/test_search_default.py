@@ -1,8 +1,8 @@
 """The default search (`superoptimize(g)`, preset "auto", no other option) on ordinary
 programs written outside the benchmarks (examples/programs.py, reduced sizes): each
 fuses into fewer kernels than the reference, verified, and equal to numpy float64 on
-fresh random inputs. Plus the pieces that make it so: row seeds, the split partition,
-batch classes and hoisted score scales."""
+fresh random inputs. Plus the pieces that make it so: row and attention seeds, the split
+partition, batch classes and hoisted score scales."""
 import os
 import sys
 
@@ -15,16 +15,14 @@ from mirage.search.build import build
 from mirage.search.config import dim_classes, make_config, schedules
 from mirage.search.partition import subprograms
 from mirage.search.prologue import hoist_scales
-from mirage.search.seed import row_seeds
+from mirage.search.prologue import analyze
+from mirage.search.seed import attention_seeds, row_seeds
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 from programs import PROGRAMS  # noqa: E402
 
 # the interpreter runs in float64: candidates equal the numpy definition to rounding
 RTOL = 1e-9
-# attention at head dim 128 does not fuse by default within minutes yet (see the note
-# of issue 14); its scale hoisting is tested below at the sizes the attention tests use
-DEFAULT_FUSES = [n for n in PROGRAMS if n != "attention_scaled"]
 
 
 def kernels(g):
@@ -35,7 +33,7 @@ def close(got, want):
     return np.abs(got - want).max() <= RTOL * np.abs(want).max()
 
 
-@pytest.mark.parametrize("name", DEFAULT_FUSES)
+@pytest.mark.parametrize("name", list(PROGRAMS))
 def test_default_search_fuses(name):
     p = PROGRAMS[name]
     ref = p.reference("small")
@@ -140,3 +138,22 @@ def test_softmax_with_max_fuses_whole_through_its_barrier():
     assert best.verification.startswith("equivalent")
     xs = p.random_inputs("small", np.random.default_rng(13))
     assert close(best.graph.evaluate(xs)[0], p.numpy(*xs))
+
+
+def test_attention_seeds_are_flash_decoding():
+    # scaled attention at head dim 128: the scale is Q's prologue, the core is plain
+    # exp-normalized attention, and every seed is the two-kernel split-KV program
+    p = PROGRAMS["attention_scaled"]
+    ref = p.reference("small")
+    pro = analyze(ref)
+    plans = attention_seeds(pro.core, make_config("attention"))
+    assert plans
+    rng = np.random.default_rng(17)
+    xs = p.random_inputs("small", rng)
+    want = p.numpy(*xs)
+    for plan in plans:
+        g = build(ref, pro.fold(plan))
+        assert [op.kind for op in g.ops] == ["graph_def", "graph_def"]
+        assert g.ops[0].body.grid_dim[1] > 1  # the KV sequence split over grid y
+        assert close(g.evaluate(xs)[0], want)
+    assert attention_seeds(PROGRAMS["gated_mlp_silu"].reference("small"), make_config("attention")) == []

@@ -27,7 +27,7 @@ from . import measure as M
 from .partition import needs_partition, partitioned_search
 from .progress import Progress, enumeration_status
 from .result import Candidate, SearchResult, diverse, order as _order
-from .seed import row_seeds
+from .seed import attention_seeds, row_seeds
 
 
 # -- worker side -------------------------------------------------------------------------
@@ -214,11 +214,15 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
     return res
 
 
-def _seeds(ref, cfg, device) -> dict:
-    """The row seeds of `ref` (search/seed.py) that build (fit in shared memory, ...), as
-    the search's found candidates: key -> (plan, cost)."""
+def _seeds(ref, cfg, device, pro=None) -> dict:
+    """The seeds of `ref` (search/seed.py; of its core program, folded back, where it has
+    input prologues) that build (fit in shared memory, ...), as the search's found
+    candidates: key -> (plan, cost)."""
     out = {}
-    for plan in row_seeds(ref, cfg):
+    core = pro.core if pro is not None else ref
+    for plan in row_seeds(core, cfg) + attention_seeds(core, cfg):
+        if pro is not None:
+            plan = pro.fold(plan)
         try:
             out[B.plan_key(plan)] = (plan, cost(B.build(ref, plan), device).time)
         except Exception:  # the builder's checks reject it: not a candidate
@@ -262,8 +266,7 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     workers = max(1, min(workers, len(items) or 1))
     stats = Stats()
     found: dict = {}
-    if pro is None:
-        found.update(_seeds(ref, cfg, device))
+    found.update(_seeds(ref, cfg, device, pro))
     progress = Progress(verbose)  # its phase starts after the workers are forked (it runs a thread)
     enumeration = ("enumeration", len(items), "items", f"{len(items)} work items, {workers} worker(s)")
 

@@ -64,3 +64,59 @@ def row_seeds(ref, cfg: SearchConfig) -> list:
                    tuple(omaps))
         plans.append(((plan_op,), tuple(n + k for k in range(len(ref.outputs)))))
     return plans
+
+
+def attention_seeds(core, cfg: SearchConfig) -> list:
+    """FlashDecoding plans for a program that is exp-normalized attention,
+    `(exp(Q @ K) @ V) / sum(exp(Q @ K), -1)` over inputs Q (b, m, d), K (b, d, s),
+    V (b, s, e) (after input prologues: `prologue.analyze`): kernel 1 splits the KV
+    sequence over grid y (and the query rows over z), loops over KV chunks, and saves
+    the partial numerators and row sums concatenated; kernel 2 sums the partials and
+    divides. One plan per split, row tiling and chunk that fit `cfg`; [] for any other
+    program."""
+    from math import prod
+
+    kinds = [op.kind for op in core.ops]
+    if kinds != ["matmul", "exp", "matmul", "reduction", "div"] or len(core.inputs) != 3:
+        return []
+    mm1, ex, mm2, red, div = core.ops
+    q, k, v = core.inputs
+    if not (mm1.inputs == [q, k] and ex.inputs[0] is mm1.outputs[0] and mm2.inputs == [ex.outputs[0], v]
+            and red.inputs[0] is ex.outputs[0] and red.attrs["dim"] % 3 == 2
+            and div.inputs == [mm2.outputs[0], red.outputs[0]] and core.outputs == [div.outputs[0]]
+            and len(q.shape) == 3):
+        return []
+    b, m, _ = q.shape
+    s, e = v.shape[1], v.shape[2]
+
+    def divisors(n):
+        return [x for x in range(1, n + 1) if n % x == 0]
+
+    def row_tile_ok(t):
+        return t == m or t in cfg.tile_sizes or t in cfg.grid_tile_sizes
+
+    plans = []
+    z2 = max(z for z in divisors(m) if b * z <= cfg.sms)  # kernel 2: one block per row tile
+    for split in divisors(s):
+        for z in divisors(m):
+            blocks = b * split * z
+            if split == 1 or not row_tile_ok(m // z) or not cfg.sms // 2 <= blocks <= cfg.max_blocks:
+                continue
+            for loop in divisors(s // split):
+                chunk = s // split // loop
+                if loop == 1 or chunk < cfg.min_loop_tile or chunk not in cfg.tile_sizes:
+                    continue
+                zq = 1 if z > 1 else -1
+                k1 = ("graph_def", (0, 1, 2), (b, split, z), loop, cfg.reduction_dimx,
+                      (((0, -1, zq), -1), ((0, 2, -1), 2), ((0, 1, -1), 1)),
+                      (("matmul", (0, 1), ()), ("exp", (3,), ()), ("matmul", (4, 2), ()),
+                       ("accum", (5,), (("kind", "none"),)), ("accum", (4,), (("kind", "sum"),))),
+                      ((6, (0, 2, 1 if z > 1 else -1)), (7, (0, 2, 1 if z > 1 else -1))))
+                k2 = ("graph_def", (3, 4), (b, z2, 1), 1, e,
+                      (((0, 1 if z2 > 1 else -1, -1), -1), ((0, 1 if z2 > 1 else -1, -1), -1)),
+                      (("accum", (0,), (("kind", "sum_todimx"),)), ("accum", (1,), (("kind", "sum"),)),
+                       ("div", (2, 3), ())),
+                      ((4, (0, 1 if z2 > 1 else -1, -1)),))
+                plans.append(((k1, k2), (5,)))
+    assert all(prod(p[0][0][2]) <= cfg.max_blocks for p in plans)
+    return plans
