@@ -80,7 +80,6 @@ def default_programs(a):
         ref = PROGRAMS[n].reference("decode")
         load0 = os.getloadavg()[0]
         res = superoptimize(ref, "auto", verbose=True, measure=False, workers=a.workers, time_limit=a.time_limit)
-        print(res.report(), file=sys.stderr)
         c = res.candidates[0]
         if a.save:
             os.makedirs(a.save, exist_ok=True)
