@@ -157,3 +157,13 @@ def test_attention_seeds_are_flash_decoding():
         assert g.ops[0].body.grid_dim[1] > 1  # the KV sequence split over grid y
         assert close(g.evaluate(xs)[0], want)
     assert attention_seeds(PROGRAMS["gated_mlp_silu"].reference("small"), make_config("attention")) == []
+
+
+def test_nothing_found_says_what_bound_the_search():
+    g = mi.new_kernel_graph("one_matmul")  # nothing to fuse: the reference stays best
+    g.mark_output(g.matmul(g.new_input((64, 64)), g.new_input((64, 64))))
+    res = superoptimize(g, "auto", measure=False, workers=1, time_limit=30)
+    assert res.candidates[0].key == "reference"
+    note = res.notes[-1]
+    assert "found nothing better than the reference under" in note and "max_kernel_ops=1" in note
+    assert "try larger limits" in note and note in res.report()

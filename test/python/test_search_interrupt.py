@@ -53,3 +53,38 @@ def test_ctrl_c_in_mirage_opt_prints_the_partial_result_and_exits_130():
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err and "interrupted (Ctrl-C)" in err
     assert "func.func @gqa" in out  # the module, with the best verified program so far (here the reference)
+
+
+CHECKS_SCRIPT = f"""
+import sys
+sys.path.insert(0, {str(ROOT / 'examples')!r})
+from programs import PROGRAMS
+from mirage.search import superoptimize
+res = superoptimize(PROGRAMS["mlp_relu"].reference("decode"), "auto", workers=2, time_limit=600, verbose=True,
+                    measure=False)
+print("stopped:", res.stats.stopped, "candidates:", len(res.candidates), flush=True)
+"""
+
+
+def test_ctrl_c_during_the_checks_returns_within_two_seconds():
+    # the checks of full-size candidates take seconds each (float64, then the verifier):
+    # Ctrl-C there abandons the check in flight and returns what passed (or the reference)
+    proc = subprocess.Popen([sys.executable, "-c", CHECKS_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    deadline = time.monotonic() + 120
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        seen.append(line)
+        if line.startswith("[search] checks:") or not line:
+            break
+    assert seen[-1].startswith("[search] checks:"), "".join(seen[-20:])
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert time.monotonic() - t0 < 2.0 + 1.0, (time.monotonic() - t0, err[-2000:])  # 1 s of slack for CI
+    assert proc.returncode == 0, err[-2000:]
+    assert "Traceback" not in err
+    assert "stopped: interrupted" in out
+    assert int(out.rsplit("candidates:", 1)[1]) >= 1

@@ -27,7 +27,6 @@ against the Z3 checker on a corpus.
 from __future__ import annotations
 
 from collections import Counter
-from math import prod
 from typing import Sequence
 
 Raw = tuple

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from itertools import product
-from math import prod
 from typing import Sequence
 
 from ..target import DEFAULT as _T
+
+
+# after Ctrl-C the checks in flight get this long (seconds) before the verified results so
+# far (or the reference) are returned
+INTERRUPT_GRACE = 1.5
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import time
 from ..core.graph import KNGraph
 from . import build as B
 from . import check as CHK
-from .config import SearchConfig, make_config
+from .config import INTERRUPT_GRACE, SearchConfig, make_config
 from ..target import DEFAULT, Target
 from .cost import cost
 from .generator import Generator, Stats, Stop
@@ -135,9 +135,7 @@ def work_items(gen: Generator) -> list:
 ENUMERATION_SHARE = 0.5
 # share of the time limit for the default's split search (partition="split"), run first
 SPLIT_SHARE = 0.3
-# after Ctrl-C the checks get this long (seconds) before the verified results so far (or
-# the reference) are returned
-INTERRUPT_GRACE = 1.5
+
 
 def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Target = DEFAULT,
                   cache_dir: str | None = None, measure=None, checkpoint: str | None = None,
@@ -177,6 +175,49 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
         cands = [Candidate(g, cost(g, device), B.graph_key(g)) for g in hit]
         res = SearchResult(ref, cands, Stats(), time.monotonic() - t0, cfg, ref_cost, from_cache=True)
         return _measured(res, measure, verbose)
+    try:
+        res = _strategy(ref, cfg, verbose, device, preset, config, t0)
+    except KeyboardInterrupt:  # between the phases that handle it themselves: the reference
+        base = Candidate(ref, ref_cost, "reference", B.reference_plan(ref))
+        base.verification = "reference"
+        res = SearchResult(ref, [base], Stats(stopped="interrupted"), 0.0, cfg,
+                           notes=["Ctrl-C: stopped before any candidate was verified"])
+    res.config = cfg
+    res.seconds = time.monotonic() - t0
+    res.reference_cost = ref_cost
+    if res.candidates[0].key == "reference":
+        res.notes.append(_why_nothing(res))
+    if cache_dir and not res.stats.stopped:
+        cache_store(cache_dir, ref, cfg, [c.graph for c in res.candidates[:cfg.top_k]])
+    if checkpoint is not None and new_checkpoint and not res.stats.stopped:
+        store_checkpoint(checkpoint, ref, [c.graph for c in res.candidates[:cfg.top_k]])
+    res = _measured(res, measure, verbose)
+    if verbose:
+        print(res.report(), file=sys.stderr)
+    return res
+
+
+def _why_nothing(res: SearchResult) -> str:
+    """What bound a search that found nothing better than the reference, and what to try."""
+    s, cfg = res.stats, res.config
+    if s.stopped == "interrupted":
+        return "nothing better than the reference was verified before Ctrl-C"
+    if s.stopped == "time limit":
+        return (f"nothing better than the reference within time_limit={cfg.time_limit:g} s (it stopped the "
+                f"search after {s.states} states): try a longer time_limit")
+    bound = [f"max_block_ops={cfg.max_block_ops} (it cut {s.pruned['budget']} block graphs)"] \
+        if s.pruned.get("budget") else []
+    bound += [f"max_kernel_ops={cfg.max_kernel_ops}", f"max_graph_defs={cfg.max_graph_defs}",
+              f"tile_sizes={cfg.tile_sizes}"]
+    return ("the search finished and found nothing better than the reference under " + ", ".join(bound)
+            + ": try larger limits (e.g. max_block_ops=" + str(cfg.max_block_ops + 4)
+            + ", max_kernel_ops=" + str(cfg.max_kernel_ops + 1) + ") or config='generic' with a time_limit")
+
+
+def _strategy(ref, cfg, verbose, device, preset, config, t0) -> SearchResult:
+    """The searches of one call: the split baseline (default call, matmul programs), the
+    whole program (Lax-partitioned where it has barriers), the row seeds of a partitioned
+    row program; their candidates ranked together."""
     # (not for attention: its exp feeds a matmul, and the whole search fuses the two)
     split = preset == "auto" and config in ("mlp", "lora") and cfg.partition == "auto" \
         and needs_partition(ref, "split")
@@ -201,16 +242,6 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
         res = _search(ref, cfg_whole, verbose, device)
     if split:
         res = _merged(res, base)
-    res.config = cfg
-    res.seconds = time.monotonic() - t0
-    res.reference_cost = ref_cost
-    if cache_dir and not res.stats.stopped:
-        cache_store(cache_dir, ref, cfg, [c.graph for c in res.candidates[:cfg.top_k]])
-    if checkpoint is not None and new_checkpoint and not res.stats.stopped:
-        store_checkpoint(checkpoint, ref, [c.graph for c in res.candidates[:cfg.top_k]])
-    res = _measured(res, measure, verbose)
-    if verbose:
-        print(res.report(), file=sys.stderr)
     return res
 
 
@@ -384,6 +415,7 @@ def _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline, progre
         done[1] += bool(out[1])
         progress.advance(int(bool(out[1]) and done[1] <= cfg.top_k), f"{done[0]} checked, {done[0] - done[1]} rejected")
 
+    interrupted = False
     while pos < len(ranked) and len(cands) < cfg.top_k:
         if deadline is not None and time.monotonic() >= deadline:
             stats.stopped = stats.stopped or "time limit"
@@ -392,23 +424,28 @@ def _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline, progre
             break
         chunk = ranked[pos:pos + max(batch, cfg.top_k - len(cands))]
         args = [(c.plan, cfg.seed) for c in chunk]
-        if pool is not None and (len(chunk) > 1 or deadline is not None):
-            outs = []
-            it = pool.imap(_check_item, args, chunksize=1)
-            try:
-                for _ in chunk:
-                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    outs.append(it.next(timeout=left))
+        outs = []
+        try:
+            if pool is not None and (len(chunk) > 1 or deadline is not None):
+                it = pool.imap(_check_item, args, chunksize=1)
+                try:
+                    for _ in chunk:
+                        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                        outs.append(it.next(timeout=left))
+                        tick(outs[-1])
+                except mp.TimeoutError:
+                    pool.terminate()  # abandon the checks in flight
+                    pool = None
+            else:
+                _W["ref"] = ref
+                for a in args:
+                    outs.append(_check_item(a))
                     tick(outs[-1])
-            except mp.TimeoutError:
-                pool.terminate()  # abandon the checks in flight
+        except KeyboardInterrupt:  # keep what passed; the checks in flight are abandoned
+            interrupted = True
+            if pool is not None:
+                pool.terminate()
                 pool = None
-        else:
-            _W["ref"] = ref
-            outs = []
-            for a in args:
-                outs.append(_check_item(a))
-                tick(outs[-1])
         chunk = chunk[:len(outs)]
         pos += len(chunk)
         for c, (stage, ok, note) in zip(chunk, outs):
@@ -424,6 +461,11 @@ def _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline, progre
             else:
                 stats.rejected += 1
                 stats.formal_rejected += 1
+        if interrupted:
+            break
+    if interrupted:
+        stats.stopped = "interrupted"
+        notes.append(f"Ctrl-C stopped the checks: {len(cands)} candidate(s) verified of the {cfg.top_k} asked for")
     return pos
 
 

@@ -197,11 +197,20 @@ def _subgraph(ref: KNGraph, ops_idx: list, name: str):
     return g, ext, outs
 
 
+def _reference_result(sub, cfg, verbose, device):
+    from .cost import cost
+    from .generator import Stats
+    from .result import Candidate, SearchResult
+
+    return SearchResult(sub, [Candidate(sub, cost(sub, device), "reference", B.reference_plan(sub))], Stats(),
+                        0.0, cfg)
+
+
 def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search, rank):
     """Search each Lax subprogram of `ref` (`search`: the driver's), stitch the best plans
     and check the result (`rank`: the driver's); a SearchResult."""
     from .generator import Stats
-    from .config import auto_config, make_config
+    from .config import INTERRUPT_GRACE, auto_config, make_config
 
     t0 = time.monotonic()
     units, bars = subprograms(ref, cfg.partition)
@@ -224,6 +233,8 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search,
                 notes.append(f"kept {op.kind} (not Lax / not searchable) as a pre-defined kernel op")
             continue
         sub, ext, outs = _subgraph(ref, u[1], f"{ref.name}_part{done_sub}")
+        if stats.stopped == "interrupted":  # after Ctrl-C the rest keeps the reference's ops
+            search = _reference_result
         # the subprograms share the first part of the time limit, the check of the
         # stitched program has the rest
         left = max(1.0, (t0 + SEARCH_SHARE * cfg.time_limit - time.monotonic()) / max(1, n_sub - done_sub))
@@ -265,6 +276,8 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search,
     # the stitched program is checked like any candidate, within what is left of the time
     # limit (a check still running at the deadline is abandoned and the reference kept)
     found = {B.plan_key(plan): (plan, 0.0)} if plan != B.reference_plan(ref) else {}
+    if stats.stopped == "interrupted":
+        deadline = min(deadline, time.monotonic() + INTERRUPT_GRACE)
     res = rank(ref, cfg.with_(top_k=1), stats, found, device, time.monotonic() - t0, deadline=deadline)
     notes += res.notes
     if found and all(c.key == "reference" for c in res.candidates):

@@ -20,7 +20,6 @@ ELEMENTWISE = frozenset(O.ELEMENTWISE)
 def fuse_thread_graphs(tb: TBGraph) -> TBGraph:
     uses = Counter(id(t) for op in tb.ops for t in op.inputs)
     outputs = {id(o.stensor) for o in tb.outputs}
-    producer = {id(t): op for op in tb.ops for t in op.outputs}
     consumer = {}
     for op in tb.ops:
         for t in op.inputs:
