@@ -167,3 +167,11 @@ def test_nothing_found_says_what_bound_the_search():
     note = res.notes[-1]
     assert "found nothing better than the reference under" in note and "max_kernel_ops=1" in note
     assert "try larger limits" in note and note in res.report()
+
+
+def test_verify_false_warns_and_marks_the_candidates_unverified():
+    ref = PROGRAMS["eltwise_chain"].reference("small")
+    with pytest.warns(UserWarning, match="NOT checked"):
+        res = superoptimize(ref, "auto", measure=False, workers=1, time_limit=30, verify=False)
+    assert all(c.verification in ("reference", "unverified (verify=False)") for c in res.candidates)
+    assert any(c.verification == "unverified (verify=False)" for c in res.candidates)

@@ -158,6 +158,12 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
         for k, v in adapted.items():
             overrides.setdefault(k, v)
     cfg = make_config(config, **overrides)
+    if not cfg.verify:
+        import warnings
+
+        warnings.warn("superoptimize(verify=False): the candidates returned are NOT checked against the program "
+                      "(no float64 check, no formal verifier); use them to study the search, not to run",
+                      stacklevel=2)
     for g in cfg.griddims or ():  # a grid that fits nothing would be dropped silently
         shapes = [tuple(t.shape) for t in ref.inputs]
         for x in g:
@@ -388,6 +394,8 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=Non
         cands = cands[:cfg.top_k]
     else:
         cands = ranked
+        for c in cands:
+            c.verification = "unverified (verify=False)"
     base = Candidate(ref, cost(ref, device), "reference", B.reference_plan(ref))
     base.verification = "reference"
     cands.append(base)

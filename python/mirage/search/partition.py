@@ -21,10 +21,10 @@ remainders, search each subprogram, and stitch the results.
 
 Subprograms are the connected components of the non-barrier ops that have the same
 *level* (barriers counted as late as possible: an op's level is its earliest
-consumer's, less one if the op is a barrier or the edge to that consumer is cut); a path that leaves a
-component through a barrier and comes back would have to raise the level, so every
-component is convex and the components and barriers have a topological order. Each
-subprogram becomes a KNGraph (its external tensors are its inputs; what the rest of the
+consumer's, less one if the op is a barrier or the edge to that consumer is cut); a
+path that leaves a component through a barrier or a cut and comes back would have to
+raise the level, so every component is convex and the components and barriers have a
+topological order. Each subprogram becomes a KNGraph (its external tensors are its inputs; what the rest of the
 program or the outputs use are its outputs) and is searched with the same limits (the
 preset chosen per subprogram when it is `auto`); the best plan of each is stitched into
 one plan over the original inputs, which is built, checked and formally verified
