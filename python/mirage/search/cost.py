@@ -65,6 +65,19 @@ def alpha(blocks: int, sms: int) -> float:
     return blocks / (ceil(blocks / sms) * sms)
 
 
+def mem_alpha(blocks: int, sms: int) -> float:
+    """Device memory saturates once about half the SMs stream; with several waves the
+    last one's empty share counts as for compute."""
+    a = alpha(blocks, sms)
+    return a if blocks > sms else min(1.0, 2.0 * a)
+
+
+def read_bound(blocks: int, read_bytes: float, dev: Target = DEFAULT) -> float:
+    """A lower bound of the cost-model time of a graph-defined kernel of `blocks` blocks
+    whose blocks read `read_bytes` from device memory in all: its launch plus that read."""
+    return dev.launch + read_bytes / (dev.dram_bw * mem_alpha(blocks, dev.sms))
+
+
 def cost(g: KNGraph, dev: Target = DEFAULT) -> Cost:
     ks = []
     for op in g.ops:
@@ -113,9 +126,7 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
             else:
                 simt += fl
     a = alpha(blocks, dev.sms)
-    # device memory saturates once about half the SMs stream; shared memory and compute
-    # scale with the busy SMs
-    mem_a = a if blocks > dev.sms else min(1.0, 2.0 * a)
-    t = dev.launch + max(dram / (dev.dram_bw * mem_a), smem / (dev.smem_bw * a),
+    # shared memory and compute scale with the busy SMs
+    t = dev.launch + max(dram / (dev.dram_bw * mem_alpha(blocks, dev.sms)), smem / (dev.smem_bw * a),
                          tc / (dev.tensor_flops * a) + simt / (dev.simt_flops * a))
     return KernelCost("graph_def", blocks, dram, smem, tc + simt, a, t)

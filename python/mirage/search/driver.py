@@ -21,7 +21,7 @@ from . import build as B
 from . import check as CHK
 from .config import INTERRUPT_GRACE, SearchConfig, make_config
 from ..target import DEFAULT, Target
-from .cost import cost
+from .cost import cost, read_bound
 from .generator import Generator, Stats, Stop
 from . import measure as M
 from .partition import needs_partition, partitioned_search
@@ -93,14 +93,12 @@ def _run_item(item):
     return found, gen.stats
 
 
-def work_items(gen: Generator) -> list:
+def work_items(gen: Generator, device: Target = DEFAULT) -> list:
     """The first kernel op of every candidate, most promising first: graph-defined kernels
-    over more inputs, then by the time their blocks take to read their input tiles from
-    device memory (replicated tiles are read once per block; fewer blocks than SMs use
-    that share of the bandwidth), then shorter loops (the order only matters for what
+    over more inputs, then by `read_bound` (the time their blocks take to read their
+    input tiles from device memory: replicated tiles are read once per block, few blocks
+    use part of the bandwidth), then shorter loops (the order only matters for what
     finishes under a time limit: results are merged and ranked independently of it)."""
-    from math import prod
-
     st = gen.initial()
     items = []
     for c in gen.kernel_choices(st):
@@ -109,23 +107,29 @@ def work_items(gen: Generator) -> list:
         else:
             for s in gen.schedules_for(st, c[1]):
                 items.append(("graph_def", c[1], s))
-    sms = gen.cfg.sms
-    tensors = st["tensors"]
 
     def prio(it):
         if it[0] == "op":
             return (1, 0, 0.0, 0)
-        _, I, s = it
-        blocks = prod(s.grid)
-        read = 0
-        for i, (imap, _) in zip(I, s.maps):
-            t = tensors[i]
-            split = prod(n for n, d in zip(s.grid, imap) if d != -1)
-            read += prod(t.shape) * t.dtype.itemsize // split * blocks
-        return (0, -len(I), read / min(1.0, blocks / sms), s.forloop)
+        return (0, -len(it[1]), item_bound(gen, it, device), it[2].forloop)
 
     order = sorted(range(len(items)), key=lambda k: (prio(items[k]), k))
     return [items[k] for k in order]
+
+
+def item_bound(gen: Generator, item, device: Target = DEFAULT) -> float:
+    """A lower bound of the cost of every candidate whose first kernel is the graph-defined
+    `item`: that kernel's launch and input reads (cost.read_bound); 0 for a pre-defined op."""
+    from math import prod
+
+    if item[0] == "op":
+        return 0.0
+    _, I, s = item
+    tensors = gen.initial()["tensors"]
+    blocks = prod(s.grid)
+    read = sum(prod(tensors[i].shape) * tensors[i].dtype.itemsize // prod(n for n, d in zip(s.grid, imap) if d != -1)
+               for i, (imap, _) in zip(I, s.maps)) * blocks
+    return read_bound(blocks, read, device)
 
 
 # -- driver --------------------------------------------------------------------------------
@@ -133,6 +137,9 @@ def work_items(gen: Generator) -> list:
 # the enumeration stops at this share of the time limit; the checks of the best candidates
 # (float64, then the formal verifier: seconds each at full size) take the rest
 ENUMERATION_SHARE = 0.5
+# work items whose lower bound exceeds this many times the best seed's cost are not
+# searched: their candidates could not enter the top-k window of `result.diverse`
+BOUND_WINDOW = 2.0
 # share of the time limit for the default's split search (partition="split"), run first
 SPLIT_SHARE = 0.3
 
@@ -298,12 +305,18 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
 
         pro = analyze(ref)
     gen = Generator(pro.core if pro is not None else ref, cfg)
-    items = work_items(gen)
+    items = work_items(gen, device)
     workers = cfg.workers or os.cpu_count() or 1
     workers = max(1, min(workers, len(items) or 1))
     stats = Stats()
     found: dict = {}
-    found.update(_seeds(ref, cfg, device, pro))
+    seeds = _seeds(ref, cfg, device, pro)
+    found.update(seeds)
+    if seeds:  # branch and bound: items whose every candidate costs more than the seeds'
+        bound = BOUND_WINDOW * min(c for _, c in seeds.values())  # top-k window are not searched
+        kept = [it for it in items if item_bound(gen, it, device) <= bound]
+        stats.pruned["bound"] += len(items) - len(kept)
+        items = kept
     progress = Progress(verbose)  # its phase starts after the workers are forked (it runs a thread)
     enumeration = ("enumeration", len(items), "items", f"{len(items)} work items, {workers} worker(s)")
 
