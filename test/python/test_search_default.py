@@ -179,8 +179,9 @@ def test_verify_false_warns_and_marks_the_candidates_unverified():
 
 @pytest.mark.parametrize("name", ["gated_mlp_silu", "attention_scaled"])
 def test_item_bound_is_a_lower_bound_of_every_candidate(name):
-    # branch and bound (driver.item_bound) skips the work items whose bound exceeds twice
-    # the best seed: sound only if no candidate of an item costs less than its bound
+    # branch and bound (driver.item_bound, Generator.partial_cost) skips the work items and
+    # kernel states whose bound exceeds twice the best seed: sound only if no candidate
+    # costs less than the bound of its item or of its first kernel
     from mirage.search.config import Schedule, auto_config
     from mirage.search.cost import cost
     from mirage.search.driver import Generator, item_bound
@@ -200,5 +201,8 @@ def test_item_bound_is_a_lower_bound_of_every_candidate(name):
         _, I, grid, forloop, _, maps, _, _ = first
         bound = item_bound(gen, ("graph_def", I, Schedule(grid, forloop, maps)))
         assert bound <= cost(c.graph).time * (1 + 1e-9), (c.key, bound, cost(c.graph).time)
+        if pro is None:  # and the kernel-state bound: the cost of the first kernel alone
+            first_only = gen.partial_cost({"ops": [first]})
+            assert first_only <= cost(c.graph).time * (1 + 1e-9)
         checked += 1
     assert checked >= 2

@@ -35,12 +35,12 @@ from .seed import attention_seeds, row_seeds
 _W: dict = {}
 
 
-def _init_worker(ref, cfg, deadline, stop_event, quiet=True, pro=None):
+def _init_worker(ref, cfg, deadline, stop_event, quiet=True, pro=None, bound=None, device=DEFAULT):
     if quiet:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     # with input prologues the generator searches the core program; plans are folded
     # back (prologue.fold) before they are built against the reference
-    _W["gen"] = Generator(pro.core if pro is not None else ref, cfg, deadline, stop_event)
+    _W["gen"] = Generator(pro.core if pro is not None else ref, cfg, deadline, stop_event, bound, device)
     _W["ref"] = ref
     _W["fold"] = pro.fold if pro is not None else None
 
@@ -312,9 +312,10 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     found: dict = {}
     seeds = _seeds(ref, cfg, device, pro)
     found.update(seeds)
-    if seeds:  # branch and bound: items whose every candidate costs more than the seeds'
-        bound = BOUND_WINDOW * min(c for _, c in seeds.values())  # top-k window are not searched
-        kept = [it for it in items if item_bound(gen, it, device) <= bound]
+    bound = None
+    if seeds:  # branch and bound: items (and kernel states) whose every candidate costs
+        bound = BOUND_WINDOW * min(c for _, c in seeds.values())  # more than the seeds' top-k
+        kept = [it for it in items if item_bound(gen, it, device) <= bound]  # window: not searched
         stats.pruned["bound"] += len(items) - len(kept)
         items = kept
     progress = Progress(verbose)  # its phase starts after the workers are forked (it runs a thread)
@@ -330,7 +331,7 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     pool = None
     if workers == 1:
         stop = None
-        _init_worker(ref, cfg, enumeration_deadline, None, quiet=False, pro=pro)
+        _init_worker(ref, cfg, enumeration_deadline, None, quiet=False, pro=pro, bound=bound, device=device)
         try:
             progress.phase(*enumeration)  # in the try: Ctrl-C right after its line is handled
             for it in items:
@@ -346,7 +347,7 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     else:
         ctx = mp.get_context("fork")
         stop = ctx.Event()
-        pool = ctx.Pool(workers, _init_worker, (ref, cfg, enumeration_deadline, stop, True, pro))
+        pool = ctx.Pool(workers, _init_worker, (ref, cfg, enumeration_deadline, stop, True, pro, bound, device))
         try:
             it = pool.imap_unordered(_run_item, items, chunksize=1)
             try:

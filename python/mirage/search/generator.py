@@ -32,6 +32,7 @@ from itertools import combinations
 from math import prod
 
 from ..core import ops as O
+from ..target import DEFAULT
 from .absexpr import Table
 from .config import SearchConfig, Schedule, schedules
 
@@ -103,13 +104,18 @@ class BT:
 
 
 class Generator:
-    def __init__(self, ref, cfg: SearchConfig, deadline: float | None = None, stop_flag=None):
+    def __init__(self, ref, cfg: SearchConfig, deadline: float | None = None, stop_flag=None,
+                 bound: float | None = None, device=None):
         from .config import dim_classes
 
         self.ref = ref
         self.cfg = cfg
         self.T = Table()
         self._shapes: dict = {}
+        # kernel states whose kernels already cost more than this are not extended
+        # (driver.BOUND_WINDOW x the best seed); `device` is the cost model's target
+        self.bound = bound
+        self.device = device if device is not None else DEFAULT
         self.deadline = deadline
         self.stop_flag = stop_flag
         self.stats = Stats()
@@ -311,6 +317,20 @@ class Generator:
         per = self.cfg.max_block_inputs if st["ngd"] < self.cfg.max_graph_defs else 2
         return dangling <= left * per
 
+    def partial_cost(self, st) -> float:
+        """The cost-model time of the kernels of `st` (inf if they do not build): a lower
+        bound of every candidate extending it."""
+        from ..core.graph import KNGraph
+        from .build import build_ops
+        from .cost import cost
+
+        g = KNGraph(self.ref.name)
+        try:
+            build_ops(g, [g.new_input(t.shape, dtype=t.dtype) for t in self.ref.inputs], st["ops"])
+        except Exception:  # the builder rejects it: so would it every extension
+            return float("inf")
+        return cost(g, self.device).time
+
     def search_kernel(self, st, depth=0):
         """DFS from kernel state `st`. Subtrees are memoized by the state's signature
         (the abstract values, shapes and classes of its tensors, which of them are
@@ -324,6 +344,9 @@ class Generator:
             return
         if not self.budget_ok(st):
             self.stats.pruned["budget"] += 1
+            return
+        if self.bound is not None and st["ops"] and self.partial_cost(st) > self.bound:
+            self.stats.pruned["bound"] += 1  # what follows only adds kernels
             return
         key = (tuple((t.expr, t.shape, t.classes, bool(st["consumed"][k])) for k, t in enumerate(st["tensors"])),
                len(st["ops"]), st["ngd"], st["last_rank"])
