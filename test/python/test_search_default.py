@@ -206,3 +206,16 @@ def test_item_bound_is_a_lower_bound_of_every_candidate(name):
             assert first_only <= cost(c.graph).time * (1 + 1e-9)
         checked += 1
     assert checked >= 2
+
+
+def test_candidates_far_slower_than_the_reference_are_not_checked():
+    # two matmuls fused into one kernel recompute x @ W1 in every block (23x the
+    # reference by the cost model): checking them at full size took two minutes
+    ref = PROGRAMS["mlp_relu"].reference("decode")
+    res = superoptimize(ref, "auto", measure=False, workers=2, time_limit=120)
+    assert any("not checked" in n for n in res.notes), res.notes
+    limit = 2 * res.reference_cost.time
+    assert all(c.cost.time <= limit for c in res.candidates)
+    slow = [c for c in res.others if c.cost.time > limit]
+    assert slow and all(not c.verification for c in slow)
+    assert res.seconds < 60

@@ -387,9 +387,16 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=Non
         seen_graphs.add(gk)
         ranked.append(Candidate(g, cost(g, device), key, plan))
     ranked = diverse(sorted(ranked, key=_order))
+    base = Candidate(ref, cost(ref, device), "reference", B.reference_plan(ref))
+    base.verification = "reference"
+    # candidates costing over BOUND_WINDOW x the reference are not checked (at full size
+    # their float64 run alone can take a minute); they stay among `others`, unchecked
+    slow = [c for c in ranked if c.cost.time > BOUND_WINDOW * base.cost.time]
+    ranked = [c for c in ranked if c.cost.time <= BOUND_WINDOW * base.cost.time]
     cands = []
     others = []
-    notes = []
+    notes = [f"{len(slow)} candidate(s) costing over {BOUND_WINDOW:g}x the reference were not checked"] \
+        if slow and cfg.verify else []
     own_pool = None
     if cfg.verify and pool is None and deadline is not None and ranked:
         # a check running in this process could not be abandoned at the deadline (one
@@ -404,14 +411,12 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=Non
         if progress is not None:
             progress.end()
     if cfg.verify:
-        others = sorted(ranked[pos:], key=_order)
+        others = sorted(ranked[pos:] + slow, key=_order)
         cands = cands[:cfg.top_k]
     else:
-        cands = ranked
+        cands = ranked + slow
         for c in cands:
             c.verification = "unverified (verify=False)"
-    base = Candidate(ref, cost(ref, device), "reference", B.reference_plan(ref))
-    base.verification = "reference"
     cands.append(base)
     cands.sort(key=_order)
     return SearchResult(ref, cands, stats, seconds, cfg, notes=notes, others=others)
