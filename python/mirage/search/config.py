@@ -191,9 +191,10 @@ class _UF:
 
 def dim_classes(g, explicit: bool = False, also=()) -> tuple[list[tuple], set, set]:
     """Class of every dim of each input of KNGraph `g`, then of each tensor of `also`
-    (tuples of class names, None for size-1 dims), the set of reduced classes (contracted or reduced somewhere; with
-    `explicit`, only those reduced by a reduction op, not by a matmul contraction) and the
-    set of batch classes (the leading dims of a matmul: independent problems)."""
+    (tuples of class names, None for size-1 dims), the set of reduced classes (contracted
+    or reduced somewhere; with `explicit`, only those reduced by a reduction op, not by a
+    matmul contraction) and the set of batch classes (a matmul's leading dims:
+    independent problems)."""
     uf = _UF()
     key = {}
     order = []

@@ -26,7 +26,7 @@ from .generator import Generator, Stats, Stop
 from . import measure as M
 from .partition import needs_partition, partitioned_search
 from .progress import Progress, enumeration_status
-from .result import Candidate, SearchResult, diverse, order as _order
+from .result import Candidate, SearchResult, diverse, order as _order, reference_candidate
 from .seed import attention_seeds, row_seeds
 
 
@@ -93,28 +93,25 @@ def _run_item(item):
     return found, gen.stats
 
 
-def work_items(gen: Generator, device: Target = DEFAULT) -> list:
+def work_items(gen: Generator, device: Target = DEFAULT, bound: float | None = None) -> tuple[list, int]:
     """The first kernel op of every candidate, most promising first: graph-defined kernels
-    over more inputs, then by `read_bound` (the time their blocks take to read their
+    over more inputs, then by `item_bound` (the time their blocks take to read their
     input tiles from device memory: replicated tiles are read once per block, few blocks
     use part of the bandwidth), then shorter loops (the order only matters for what
-    finishes under a time limit: results are merged and ranked independently of it)."""
+    finishes under a time limit: results are merged and ranked independently of it).
+    Items whose bound exceeds `bound` are left out; returns (items, how many were)."""
     st = gen.initial()
     items = []
     for c in gen.kernel_choices(st):
         if c[0] == "op":
-            items.append(c)
+            items.append(((1, 0, 0.0, 0), c))
         else:
             for s in gen.schedules_for(st, c[1]):
-                items.append(("graph_def", c[1], s))
-
-    def prio(it):
-        if it[0] == "op":
-            return (1, 0, 0.0, 0)
-        return (0, -len(it[1]), item_bound(gen, it, device), it[2].forloop)
-
-    order = sorted(range(len(items)), key=lambda k: (prio(items[k]), k))
-    return [items[k] for k in order]
+                it = ("graph_def", c[1], s)
+                items.append(((0, -len(c[1]), item_bound(gen, it, device), s.forloop), it))
+    kept = [(p, it) for p, it in items if bound is None or p[2] <= bound]
+    order = sorted(range(len(kept)), key=lambda k: (kept[k][0], k))
+    return [kept[k][1] for k in order], len(items) - len(kept)
 
 
 def item_bound(gen: Generator, item, device: Target = DEFAULT) -> float:
@@ -125,9 +122,9 @@ def item_bound(gen: Generator, item, device: Target = DEFAULT) -> float:
     if item[0] == "op":
         return 0.0
     _, I, s = item
-    tensors = gen.initial()["tensors"]
+    xs = gen.ref.inputs  # the first kernel reads program inputs only
     blocks = prod(s.grid)
-    read = sum(prod(tensors[i].shape) * tensors[i].dtype.itemsize // prod(n for n, d in zip(s.grid, imap) if d != -1)
+    read = sum(prod(xs[i].shape) * xs[i].dtype.itemsize // prod(n for n, d in zip(s.grid, imap) if d != -1)
                for i, (imap, _) in zip(I, s.maps)) * blocks
     return read_bound(blocks, read, device)
 
@@ -191,9 +188,7 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
     try:
         res = _strategy(ref, cfg, verbose, device, preset, config, t0)
     except KeyboardInterrupt:  # between the phases that handle it themselves: the reference
-        base = Candidate(ref, ref_cost, "reference", B.reference_plan(ref))
-        base.verification = "reference"
-        res = SearchResult(ref, [base], Stats(stopped="interrupted"), 0.0, cfg,
+        res = SearchResult(ref, [reference_candidate(ref, device)], Stats(stopped="interrupted"), 0.0, cfg,
                            notes=["Ctrl-C: stopped before any candidate was verified"])
     res.config = cfg
     res.seconds = time.monotonic() - t0
@@ -305,19 +300,16 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
 
         pro = analyze(ref)
     gen = Generator(pro.core if pro is not None else ref, cfg)
-    items = work_items(gen, device)
+    found = _seeds(ref, cfg, device, pro)
+    # branch and bound: items (and kernel states) whose every candidate costs more than
+    # the seeds' top-k window are not searched
+    bound = BOUND_WINDOW * min(c for _, c in found.values()) if found else None
+    items, skipped = work_items(gen, device, bound)
     workers = cfg.workers or os.cpu_count() or 1
     workers = max(1, min(workers, len(items) or 1))
     stats = Stats()
-    found: dict = {}
-    seeds = _seeds(ref, cfg, device, pro)
-    found.update(seeds)
-    bound = None
-    if seeds:  # branch and bound: items (and kernel states) whose every candidate costs
-        bound = BOUND_WINDOW * min(c for _, c in seeds.values())  # more than the seeds' top-k
-        kept = [it for it in items if item_bound(gen, it, device) <= bound]  # window: not searched
-        stats.pruned["bound"] += len(items) - len(kept)
-        items = kept
+    if skipped:
+        stats.pruned["bound"] += skipped
     progress = Progress(verbose)  # its phase starts after the workers are forked (it runs a thread)
     enumeration = ("enumeration", len(items), "items", f"{len(items)} work items, {workers} worker(s)")
 
@@ -387,8 +379,7 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=Non
         seen_graphs.add(gk)
         ranked.append(Candidate(g, cost(g, device), key, plan))
     ranked = diverse(sorted(ranked, key=_order))
-    base = Candidate(ref, cost(ref, device), "reference", B.reference_plan(ref))
-    base.verification = "reference"
+    base = reference_candidate(ref, device)
     # candidates costing over BOUND_WINDOW x the reference are not checked (at full size
     # their float64 run alone can take a minute); they stay among `others`, unchecked
     slow = [c for c in ranked if c.cost.time > BOUND_WINDOW * base.cost.time]

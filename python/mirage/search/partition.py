@@ -198,12 +198,10 @@ def _subgraph(ref: KNGraph, ops_idx: list, name: str):
 
 
 def _reference_result(sub, cfg, verbose, device):
-    from .cost import cost
     from .generator import Stats
-    from .result import Candidate, SearchResult
+    from .result import SearchResult, reference_candidate
 
-    return SearchResult(sub, [Candidate(sub, cost(sub, device), "reference", B.reference_plan(sub))], Stats(),
-                        0.0, cfg)
+    return SearchResult(sub, [reference_candidate(sub, device)], Stats(), 0.0, cfg)
 
 
 def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search, rank):

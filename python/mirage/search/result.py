@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..core.graph import KNGraph
+from . import build as B
 from .config import SearchConfig
-from .cost import Cost
+from .cost import Cost, cost
+from ..target import DEFAULT
 from .generator import Stats
 
 
@@ -22,6 +24,14 @@ class Candidate:
     @property
     def time_us(self) -> float:
         return self.cost.time * 1e6
+
+
+def reference_candidate(ref: KNGraph, device=DEFAULT) -> Candidate:
+    """The reference program itself as a candidate (always kept: it is what is returned
+    when nothing better was verified)."""
+    c = Candidate(ref, cost(ref, device), "reference", B.reference_plan(ref))
+    c.verification = "reference"
+    return c
 
 
 @dataclass
