@@ -31,7 +31,7 @@ def cache_key(ref, cfg) -> str:
     from .. import __version__
 
     relevant = {k: v for k, v in asdict(cfg).items()
-                if k not in ("time_limit", "workers", "top_k", "warmup_iters", "profile_iters")}  # not what is found
+                if k not in ("time_limit", "workers", "executor", "top_k", "warmup_iters", "profile_iters")}  # not what is found
     old = ref.name
     ref.name = "program"  # the key does not depend on the function's name
     try:

@@ -55,7 +55,8 @@ class SearchConfig:
     smem_capacity: int = _T.smem_per_block
     time_limit: float = 600.0
     max_states: int | None = None  # cap on visited states (for the no-pruning runs)
-    workers: int = 0  # 0: all cores
+    workers: int = 0  # 0: all cores (of the Ray cluster with executor="ray")
+    executor: str = "local"  # where work items and checks run: "local" processes or "ray" (search/executor.py)
     seed: int = 0
     top_k: int = 3  # candidates formally verified and kept (best first)
     verify: bool = True
@@ -99,6 +100,8 @@ class SearchConfig:
                 bad(name, "must be integers >= 1")
         if self.partition not in ("auto", "split", "strict", "off"):
             bad("partition", "must be 'auto', 'split', 'strict' or 'off'")
+        if self.executor not in ("local", "ray"):
+            bad("executor", "must be 'local' or 'ray'")
         if self.checker not in ("fast", "z3"):
             bad("checker", "must be 'fast' or 'z3'")
         for g in self.griddims or ():

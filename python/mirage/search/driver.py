@@ -10,7 +10,6 @@ workers, which return what they found so far.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import sys
@@ -19,6 +18,7 @@ import time
 from ..core.graph import KNGraph
 from . import build as B
 from . import check as CHK
+from . import executor as X
 from .config import INTERRUPT_GRACE, SearchConfig, make_config
 from ..target import DEFAULT, Target
 from .cost import cost, read_bound
@@ -35,7 +35,7 @@ from .seed import attention_seeds, row_seeds
 _W: dict = {}
 
 
-def _init_worker(ref, cfg, deadline, stop_event, quiet=True, pro=None, bound=None, device=DEFAULT):
+def _init_worker(deadline, stop_event, ref, cfg, pro=None, bound=None, device=DEFAULT, quiet=True):
     if quiet:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     # with input prologues the generator searches the core program; plans are folded
@@ -305,7 +305,7 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     # the seeds' top-k window are not searched
     bound = BOUND_WINDOW * min(c for _, c in found.values()) if found else None
     items, skipped = work_items(gen, device, bound)
-    workers = cfg.workers or os.cpu_count() or 1
+    workers = cfg.workers or (X.ray_workers() if cfg.executor == "ray" else os.cpu_count() or 1)
     workers = max(1, min(workers, len(items) or 1))
     stats = Stats()
     if skipped:
@@ -321,9 +321,8 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
         progress.advance(status=enumeration_status(stats, found))
 
     pool = None
-    if workers == 1:
-        stop = None
-        _init_worker(ref, cfg, enumeration_deadline, None, quiet=False, pro=pro, bound=bound, device=device)
+    if workers == 1 and cfg.executor == "local":
+        _init_worker(enumeration_deadline, None, ref, cfg, pro, bound, device, quiet=False)
         try:
             progress.phase(*enumeration)  # in the try: Ctrl-C right after its line is handled
             for it in items:
@@ -337,17 +336,15 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
             progress.end()
         return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, deadline=deadline, progress=progress)
     else:
-        ctx = mp.get_context("fork")
-        stop = ctx.Event()
-        pool = ctx.Pool(workers, _init_worker, (ref, cfg, enumeration_deadline, stop, True, pro, bound, device))
+        pool = X.make(cfg.executor, workers, _init_worker, (ref, cfg, pro, bound, device), enumeration_deadline)
         try:
-            it = pool.imap_unordered(_run_item, items, chunksize=1)
+            it = pool.map_unordered(_run_item, items)
             try:
                 progress.phase(*enumeration)  # in the try: Ctrl-C right after its line is handled
                 for res in it:
                     absorb(res)
             except KeyboardInterrupt:
-                stop.set()
+                pool.stop()
                 stats.stopped = "interrupted"
                 for res in it:
                     absorb(res)
@@ -360,7 +357,6 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
         finally:
             progress.end()
             pool.close()
-            pool.join()
 
 
 def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=None, progress=None) -> SearchResult:
@@ -393,7 +389,7 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=Non
         # a check running in this process could not be abandoned at the deadline (one
         # float64 check of a full-size program takes seconds): run them in a child
         _W["ref"] = ref
-        own_pool = pool = mp.get_context("fork").Pool(1, _ignore_sigint)
+        own_pool = pool = X.make("local", 1, _ignore_sigint, (), None)
     try:
         pos = _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline, progress) if cfg.verify else 0
     finally:
@@ -413,7 +409,7 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=Non
     return SearchResult(ref, cands, stats, seconds, cfg, notes=notes, others=others)
 
 
-def _ignore_sigint():
+def _ignore_sigint(deadline, stop_flag):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -421,7 +417,7 @@ def _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline, progre
     """Check `ranked` in order, appending what passes to `cands`, until `top_k` passed or
     `deadline`; returns how many were checked."""
     pos = 0
-    batch = max(1, getattr(pool, "_processes", 1) or 1)
+    batch = pool.workers if pool is not None else 1
     progress = progress or Progress(False)
     progress.phase("checks", min(cfg.top_k, len(ranked)), "verified",
                    f"the best of {len(ranked)} distinct candidates until {cfg.top_k} pass "
@@ -445,13 +441,13 @@ def _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline, progre
         outs = []
         try:
             if pool is not None and (len(chunk) > 1 or deadline is not None):
-                it = pool.imap(_check_item, args, chunksize=1)
+                it = pool.imap(_check_item, args)
                 try:
                     for _ in chunk:
                         left = None if deadline is None else max(0.0, deadline - time.monotonic())
                         outs.append(it.next(timeout=left))
                         tick(outs[-1])
-                except mp.TimeoutError:
+                except TimeoutError:
                     pool.terminate()  # abandon the checks in flight
                     pool = None
             else:

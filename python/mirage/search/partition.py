@@ -240,7 +240,7 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search,
         if preset == "auto":
             name, adapted = auto_config(sub)
             scfg = make_config(name, **adapted).with_(
-                **{k: getattr(cfg, k) for k in ("workers", "seed", "prune", "checker", "max_states", "verify")})
+                **{k: getattr(cfg, k) for k in ("workers", "executor", "seed", "prune", "checker", "max_states", "verify")})
         else:
             scfg = cfg
         scfg = scfg.with_(time_limit=left, partition="off", top_k=1)

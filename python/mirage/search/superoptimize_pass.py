@@ -46,6 +46,14 @@ def _count(low: int):
     return parse
 
 
+def _executor(text: str) -> str:
+    from .executor import EXECUTORS
+
+    if text not in EXECUTORS:
+        raise ValueError(f"expected one of {', '.join(EXECUTORS)}, got '{text}'")
+    return text
+
+
 def _cache_dir(text: str) -> str:
     return text.strip()
 
@@ -96,6 +104,8 @@ class SuperoptimizePass(Pass):
         Option("time-limit", _seconds, 600.0, "seconds for the pass (shared by its functions)"),
         Option("seed", _count(0), 0, "seed of the equivalence check's random inputs"),
         Option("workers", _count(0), 0, "worker processes (0: all cores)"),
+        Option("executor", _executor, "local", "where the search runs: local (processes of this machine) or ray "
+               "(the Ray cluster at $MIRAGE_RAY_ADDRESS, else Ray started on this machine)"),
         Option("cache-dir", _cache_dir, "", "result cache directory; default (empty): the user cache, "
                "$MIRAGE_CACHE_DIR/search, else $XDG_CACHE_HOME/mirage/search, else ~/.cache/mirage/search; "
                "none: no cache"),
@@ -136,9 +146,9 @@ class SuperoptimizePass(Pass):
                 continue
             try:
                 res = superoptimize(g, o["preset"] or "auto", o["verbose"], cache_dir=cache_dir,
-                                    time_limit=share, seed=o["seed"], workers=o["workers"],
+                                    time_limit=share, seed=o["seed"], workers=o["workers"], executor=o["executor"],
                                     top_k=max(top_k, 3), **kw)
-            except ValueError as e:  # a user-visible diagnostic (bad preset or limits, a rule), not a traceback
+            except (ValueError, ImportError) as e:  # a diagnostic (bad preset or limits, a rule, no Ray), not a traceback
                 diagnostics.error(f, f"mirage-superoptimize: @{g.name}: {e}")
                 raise PassFailure() from None
             name = g.name

@@ -1,0 +1,255 @@
+"""Where the search's work items and candidate checks run: a local process pool (the
+default) or the tasks of a Ray cluster, behind one small interface.
+
+An executor runs `fn(arg)` in worker processes that were first set up by
+`init(deadline, stop_flag, *init_args)` (the driver's `_init_worker`: it builds the
+generator once per worker, not once per item). `deadline` is the worker's own
+`time.monotonic()` value of the driver's deadline (the clocks of two machines differ: it
+travels as wall-clock time), and `stop_flag.is_set()` turns true after `stop()` (Ctrl-C):
+the generator looks at both every 256 states and returns what it found so far.
+
+- `map_unordered(fn, args)`: the results as they come, at most `workers` running at a
+  time, taken in the order of `args` (the most promising work items first);
+- `imap(fn, args)`: the results in order; its `next(timeout)` raises `TimeoutError`;
+- `stop()`: running calls return what they have, calls not started are not run;
+- `terminate()`: abandon the calls in flight (their processes are killed);
+- `close()`.
+
+`executor="ray"` (`LocalPool`'s twin `RayPool`) connects to the cluster of the caller's
+`ray.init`, else to `$MIRAGE_RAY_ADDRESS`, else starts Ray on this machine. A task whose
+worker dies, or that raises, is run again (`RETRIES` times, by Ray), so a lost worker loses
+nothing; a task that still fails fails the search as it would locally. Ray is optional:
+`pip install 'mirage[ray]'`.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import uuid
+
+EXECUTORS = ("local", "ray")
+ADDRESS_VARIABLE = "MIRAGE_RAY_ADDRESS"
+RETRIES = 3  # runs of a Ray task after the first, when its worker dies or it raises
+POLL = 0.2  # seconds between two looks of a Ray worker at the stop flag
+
+
+def make(kind: str, workers: int, init, init_args: tuple, deadline: float | None):
+    """An executor of `kind` ("local" or "ray") with `workers` processes (0: all the cores
+    of this machine, or of the Ray cluster)."""
+    if kind == "ray":
+        return RayPool(workers, init, init_args, deadline)
+    return LocalPool(workers or os.cpu_count() or 1, init, init_args, deadline)
+
+
+def ray_workers() -> int:
+    """The CPUs of the Ray cluster (connecting first)."""
+    return max(1, int(_ray().cluster_resources().get("CPU", 1)))
+
+
+class LocalPool:
+    """Forked processes of this machine (`multiprocessing`)."""
+
+    def __init__(self, workers: int, init, init_args: tuple, deadline: float | None):
+        ctx = mp.get_context("fork")
+        self.workers = workers
+        self._stop = ctx.Event()
+        self._pool = ctx.Pool(workers, init, (deadline, self._stop) + tuple(init_args))
+
+    def map_unordered(self, fn, args):
+        return self._pool.imap_unordered(fn, args, chunksize=1)
+
+    def imap(self, fn, args):
+        return _LocalOrdered(self._pool.imap(fn, args, chunksize=1))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def terminate(self) -> None:
+        self._pool.terminate()
+
+    def close(self) -> None:
+        self._pool.close()
+        self._pool.join()
+
+
+class _LocalOrdered:
+    def __init__(self, it):
+        self._it = it
+
+    def next(self, timeout: float | None = None):
+        try:
+            return self._it.next(timeout=timeout)
+        except mp.TimeoutError:
+            raise TimeoutError from None
+
+
+# -- Ray ---------------------------------------------------------------------------------
+
+def _ray():
+    """The `ray` module, connected to a cluster (see the module's docstring)."""
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("executor='ray' needs Ray, which is not installed: pip install 'mirage[ray]' "
+                          "(or pip install ray)") from None
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get(ADDRESS_VARIABLE) or None, include_dashboard=False, log_to_driver=False)
+    return ray
+
+
+_remote: dict = {}  # per driver process: the remote function and the stop-flag actor
+
+
+def _remote_parts(ray):
+    rc = ray.get_runtime_context()
+    session = (rc.get_session_name(), rc.get_job_id())  # a later ray.init is another cluster or job
+    if _remote.get("session") != session:
+        _remote.clear()
+        _remote["task"] = ray.remote(num_cpus=1, max_retries=RETRIES, retry_exceptions=True)(_task)
+        _remote["flags"] = ray.remote(num_cpus=0)(_StopFlags).remote()
+        _remote["session"] = session
+    return _remote["task"], _remote["flags"]
+
+
+class RayPool:
+    """Tasks of a Ray cluster: one per call, at most `workers` in flight."""
+
+    def __init__(self, workers: int, init, init_args: tuple, deadline: float | None):
+        self._ray = ray = _ray()
+        self.workers = workers or ray_workers()
+        self._task, self._flags = _remote_parts(ray)
+        self._token = uuid.uuid4().hex  # this search's context on the workers
+        wall = None if deadline is None else time.time() + (deadline - time.monotonic())
+        self._context = ray.put((init, tuple(init_args), wall))
+        self._stopped = False
+        self._running: set = set()  # object refs of the calls in flight
+
+    def _submit(self, fn, arg):
+        # the context travels inside a list, so that Ray does not fetch it for every call:
+        # a worker fetches it once per search (`_task`)
+        ref = self._task.remote(self._token, [self._context], self._flags, fn, arg)
+        self._running.add(ref)
+        return ref
+
+    def _get(self, ref, timeout=None):
+        out = self._ray.get(ref, timeout=timeout)  # a timeout leaves the call in flight
+        self._running.discard(ref)
+        return out
+
+    def map_unordered(self, fn, args):
+        return _RayUnordered(self, fn, list(args))
+
+    def imap(self, fn, args):
+        return _RayOrdered(self, [self._submit(fn, a) for a in args])
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._ray.get(self._flags.set.remote(self._token))
+
+    def terminate(self) -> None:
+        self._stopped = True
+        for ref in self._running:
+            self._ray.cancel(ref, force=True)
+        self._running.clear()
+
+    def close(self) -> None:
+        if self._running:
+            self.terminate()
+        self._flags.clear.remote(self._token)
+        del self._context
+
+
+class _RayUnordered:
+    """The results of `fn` over `args` as they finish. An object rather than a generator:
+    Ctrl-C inside `__next__` must leave it usable, so that the driver can collect what the
+    calls in flight return after `stop()`."""
+
+    def __init__(self, pool: RayPool, fn, args: list):
+        self._pool, self._fn, self._args = pool, fn, args
+        self._next = 0
+        self._pending: list = []
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        p = self._pool
+        while not p._stopped and self._next < len(self._args) and len(self._pending) < p.workers:
+            self._pending.append(p._submit(self._fn, self._args[self._next]))
+            self._next += 1
+        if not self._pending:
+            raise StopIteration
+        done, _ = p._ray.wait(self._pending, num_returns=1)
+        self._pending.remove(done[0])
+        return p._get(done[0])
+
+
+class _RayOrdered:
+    def __init__(self, pool: RayPool, refs: list):
+        self._pool, self._refs = pool, refs
+
+    def next(self, timeout: float | None = None):
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            out = self._pool._get(self._refs[0], timeout=timeout)
+        except GetTimeoutError:
+            raise TimeoutError from None
+        self._refs.pop(0)
+        return out
+
+
+class _StopFlags:
+    """The Ray actor behind `RayPool.stop`: the searches (tokens) told to stop."""
+
+    def __init__(self):
+        self._stopped: set = set()
+
+    def set(self, token: str) -> None:
+        self._stopped.add(token)
+
+    def clear(self, token: str) -> None:
+        self._stopped.discard(token)
+
+    def is_set(self, token: str) -> bool:
+        return token in self._stopped
+
+
+class _RemoteFlag:
+    """`is_set()` of a search's stop flag on a Ray worker: asks the actor at most every
+    `POLL` seconds, without waiting for the answer (the generator asks every 256 states)."""
+
+    def __init__(self, flags, token: str):
+        self._flags, self._token = flags, token
+        self._asked = None
+        self._last = 0.0
+        self._set = False
+
+    def is_set(self) -> bool:
+        import ray
+
+        if self._set:
+            return True
+        if self._asked is not None and ray.wait([self._asked], timeout=0)[0]:
+            self._set = ray.get(self._asked)
+            self._asked = None
+        if self._asked is None and not self._set and time.monotonic() - self._last >= POLL:
+            self._asked = self._flags.is_set.remote(self._token)
+            self._last = time.monotonic()
+        return self._set
+
+
+_context = {"token": None}  # on a Ray worker: the search it is set up for
+
+
+def _task(token: str, context: list, flags, fn, arg):
+    """One call on a Ray worker, which first sets itself up for the search `token`."""
+    import ray
+
+    if _context["token"] != token:
+        init, init_args, wall = ray.get(context[0])
+        deadline = None if wall is None else time.monotonic() + (wall - time.time())
+        init(deadline, _RemoteFlag(flags, token), *init_args)
+        _context["token"] = token
+    return fn(arg)

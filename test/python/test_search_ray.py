@@ -1,0 +1,181 @@
+"""The search on a Ray cluster (`executor="ray"`, search/executor.py): the same states and
+the same verified candidates as the local process pool, also when a worker is killed in
+the middle; the time limit and Ctrl-C as locally; a clear error without Ray.
+
+The cluster is started by the tests on this machine (`ray.init` with 2 CPUs: a head and
+up to two task worker processes) and shut down after them."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mirage.search import superoptimize
+from test_search import gqa_ref, qknorm_ref
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# reduced GQA and QKNorm (the benchmark programs' structure, examples/benchmarks.py):
+# 19,086 and 38,774 states, 3 s and 6 s on 2 cores
+PROGRAMS = {
+    "gqa": (lambda: gqa_ref(s=128), dict(tile_sizes=(16,), max_block_ops=9)),
+    "qknorm": (lambda: qknorm_ref(s=128), dict(tile_sizes=(16,), max_block_ops=10)),
+}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install '.[ray]' (CI installs it)")
+    info = ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False)
+    yield info.address_info["gcs_address"]
+    ray.shutdown()
+
+
+_local: dict = {}
+
+
+def search(name, **kw):
+    make, limits = PROGRAMS[name]
+    return superoptimize(make(), "attention", workers=2, time_limit=120, measure=False, **limits, **kw)
+
+
+def local(name):
+    if name not in _local:
+        _local[name] = search(name)
+    return _local[name]
+
+
+def assert_same(a, b):
+    assert not a.stats.stopped and not b.stats.stopped
+    assert a.stats.states == b.stats.states and a.stats.pruned == b.stats.pruned
+    assert a.stats.candidates == b.stats.candidates and a.stats.rejected == b.stats.rejected
+    assert [c.key for c in a.candidates] == [c.key for c in b.candidates]
+    assert [c.verification for c in a.candidates] == [c.verification for c in b.candidates]
+    assert a.best.to_mlir() == b.best.to_mlir()
+    assert a.candidates[0].key != "reference" and a.candidates[0].verification.startswith("equivalent")
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_ray_finds_what_the_local_pool_finds(cluster, name):
+    assert_same(search(name, executor="ray"), local(name))
+
+
+def _task_workers() -> list[int]:
+    """Processes below this one (the cluster the test started) running a search task."""
+    children: dict = {}
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(d))
+        except (OSError, ValueError):
+            continue
+    mine, todo = [], [os.getpid()]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        mine += kids
+        todo += kids
+    out = []
+    for p in mine:
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                if f.read().startswith(b"ray::_task"):
+                    out.append(p)
+        except OSError:
+            continue
+    return out
+
+
+def test_a_worker_killed_mid_search_changes_nothing(cluster):
+    want = local("qknorm")
+    killed = []
+
+    def kill_one():
+        # into the enumeration (6 s here), then the first worker seen running an item
+        time.sleep(1.5)
+        deadline = time.monotonic() + 20
+        while not killed and time.monotonic() < deadline:
+            for p in _task_workers():
+                os.kill(p, signal.SIGKILL)
+                killed.append(p)
+                break
+            time.sleep(0.05)
+
+    t = threading.Thread(target=kill_one)
+    t.start()
+    got = search("qknorm", executor="ray")
+    t.join()
+    assert killed, "no search task was seen running"
+    # the killed item ran again: counted once, as in the local run
+    assert_same(got, want)
+
+
+def test_time_limit_on_ray(cluster):
+    sys.path.insert(0, str(ROOT / "examples"))
+    from benchmarks import BENCHMARKS
+
+    t0 = time.monotonic()
+    res = superoptimize(BENCHMARKS["gqa"].reference(1), "attention", workers=2, time_limit=6, measure=False,
+                        executor="ray")
+    took = time.monotonic() - t0
+    assert res.stats.stopped == "time limit"
+    assert took < 6 + 4, took  # the enumeration stops at 3 s, the checks at 6 s; slack for a loaded CI
+    assert res.candidates  # what passed, or the reference
+
+
+def test_mirage_opt_on_the_cluster_address_and_ctrl_c(cluster):
+    # another process reaches the cluster through MIRAGE_RAY_ADDRESS; Ctrl-C in the
+    # middle of its search returns the best verified program so far and exits with 130
+    env = dict(os.environ, PYTHONUNBUFFERED="1", MIRAGE_RAY_ADDRESS=cluster)
+    proc = subprocess.Popen([sys.executable, "-m", "mirage.tools.mirage_opt", str(ROOT / "examples" / "gqa.mlir"),
+                             "--mirage-superoptimize=executor=ray workers=2 cache-dir=none"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        seen.append(proc.stderr.readline())
+        if seen[-1].startswith("[search] enumeration:") or not seen[-1]:
+            break
+    assert seen[-1].startswith("[search] enumeration:"), "".join(seen[-20:])
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert time.monotonic() - t0 < 5.0, (time.monotonic() - t0, err[-2000:])
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "interrupted (Ctrl-C)" in err
+    assert "func.func @gqa" in out
+
+
+NO_RAY = f"""
+import sys
+sys.modules["ray"] = None  # as if Ray were not installed
+sys.path.insert(0, {str(ROOT / 'test' / 'python')!r})
+from test_search import rmsnorm_ref
+from mirage.search import superoptimize
+res = superoptimize(rmsnorm_ref(2, 256, 256), "mlp", workers=2, measure=False)
+print("local:", res.candidates[0].verification.split(" (")[0])
+try:
+    superoptimize(rmsnorm_ref(2, 256, 256), "mlp", workers=2, measure=False, executor="ray")
+except ImportError as e:
+    print("ray:", e)
+"""
+
+
+def test_without_ray_the_default_works_and_ray_says_what_to_install():
+    out = subprocess.run([sys.executable, "-c", NO_RAY], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "local: equivalent" in out.stdout
+    assert "ray: executor='ray' needs Ray, which is not installed: pip install 'mirage[ray]'" in out.stdout
+
+
+def test_bad_executor_is_a_diagnostic():
+    with pytest.raises(ValueError, match="executor='spark': must be 'local' or 'ray'"):
+        superoptimize(gqa_ref(s=64), "attention", executor="spark")
+    out = subprocess.run([sys.executable, "-m", "mirage.tools.mirage_opt", str(ROOT / "examples" / "gqa.mlir"),
+                          "--mirage-superoptimize=executor=spark"], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert "executor" in out.stderr and "expected one of local, ray, got 'spark'" in out.stderr
