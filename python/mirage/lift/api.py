@@ -1,0 +1,120 @@
+"""`lift_triton`: a Triton kernel in, a verified `kn` program and its formula out."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import LiftError
+
+
+@dataclass
+class LiftResult:
+    kernel: str
+    graph: object  # KNGraph: inputs = arrays read, outputs = arrays written (argument order)
+    inputs: list  # names of the arrays read
+    outputs: list  # names of the arrays written
+    formula: str  # simplified textbook formula, one line per output
+    raw_formula: str  # the synthesized program before simplification
+    proofs: list  # verify.Proof
+    times: dict  # phase -> seconds (symbolic, synthesis, verification, hoare, simplification)
+    steps: dict = field(default_factory=dict)
+
+    @property
+    def verified(self) -> bool:
+        """The graph is proved equal to the kernel at the launched sizes (Z3) and agrees
+        with it numerically; see `proofs` for what holds for all sizes."""
+        bounded = [p for p in self.proofs if p.method == "z3"]
+        numeric = [p for p in self.proofs if p.method == "numeric"]
+        hoare = [p for p in self.proofs if p.method == "hoare"]
+        return bool(bounded) and all(p.status == "proved" for p in bounded) and \
+            all(p.status == "passed" for p in numeric) and all(p.status != "refuted" for p in hoare)
+
+    @property
+    def all_sizes(self) -> bool:
+        """Proved for every size the kernel accepts (Hoare logic over the grid loop)."""
+        return any(p.method == "hoare" and p.status == "proved" for p in self.proofs)
+
+    def equivalent_to(self, reference, timeout_ms: int = 60000):
+        """Z3 check of the lifted graph against an intended program (a KNGraph with the
+        same inputs and outputs): `status` proved / refuted / unknown."""
+        from ..verify.smt import prove_equivalence
+
+        return prove_equivalence(self.graph, reference, timeout_ms=timeout_ms)
+
+    def report(self) -> str:
+        lines = [f"kernel {self.kernel}: reads {', '.join(self.inputs) or '-'}; writes {', '.join(self.outputs)}",
+                 f"  formula     {self.formula.replace(chr(10), chr(10) + ' ' * 14)}",
+                 f"  synthesized {self.raw_formula.replace(chr(10), chr(10) + ' ' * 14)}",
+                 f"  verified    {'yes' if self.verified else 'NO'}"
+                 f" ({'all sizes' if self.all_sizes else 'launched sizes'})"]
+        for p in self.proofs:
+            lines.append(f"    [{p.method}] {p.part}: {p.status} for {p.scope} ({p.seconds:.2f} s)"
+                         + (f" - {p.detail}" if p.detail else ""))
+        lines.append("  times       " + ", ".join(f"{k} {v:.2f} s" for k, v in self.times.items()))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"LiftResult({self.kernel}: {self.formula!r}, verified={self.verified})"
+
+
+def lift_triton(kernel, grid, *args, simplify: bool = True, hoare: bool = True, timeout_ms: int = 60000,
+                **constexprs) -> LiftResult:
+    """Lift a `@triton.jit` kernel launched as `kernel[grid](*args, **constexprs)`.
+
+    `args`: numpy arrays or torch CPU tensors for pointer arguments (their shapes are
+    the tensors' shapes; their values are not used), Python ints and floats for scalars.
+    `grid`: an int, a tuple, or a callable of the meta-parameters, as for Triton.
+    Raises `LiftError` (naming the construct and its line) where the kernel cannot be
+    lifted."""
+    from .. import float16, float32
+    from . import program as P
+    from .symbolic import trace
+    from .synthesize import Synthesizer
+    from .verify import numeric_check, prove_bounded
+
+    times = {}
+    t0 = time.perf_counter()
+    tr = trace(kernel, grid, args, constexprs)
+    times["symbolic"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    outputs = [n for n, b in tr.buffers.items() if b.written.any()]
+    if not outputs:
+        raise LiftError(f"{tr.kernel} stores nothing", f"{tr.file}:{tr.first_line}")
+    for n in outputs:
+        b = tr.buffers[n]
+        if not b.written.all():
+            miss = np.flatnonzero(~b.written)
+            raise LiftError(f"{tr.kernel} writes only {int(b.written.sum())} of the {b.mem.size} elements of "
+                            f"'{n}' (never: {miss[:8].tolist()}{'...' if miss.size > 8 else ''}): a mask or the "
+                            "grid leaves part of the output unwritten", f"{tr.file}:{tr.first_line}")
+    inputs = [n for n, b in tr.buffers.items() if b.read.any()]
+    syn = Synthesizer(tr.buffers, inputs)
+    terms = [syn.output(n, tr.buffers[n].mem.reshape(tr.buffers[n].shape)) for n in outputs]
+
+    def dt(name):
+        return float16 if tr.buffers[name].dtype == "float16" else float32
+
+    graph = P.to_graph(terms, [(n, tr.buffers[n].shape, dt(n)) for n in inputs], tr.kernel)
+    times["synthesis"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    proofs = [prove_bounded(tr, graph, outputs, timeout_ms), numeric_check(tr, graph, outputs)]
+    times["verification"] = time.perf_counter() - t0
+
+    if hoare:
+        from .hoare import prove_grid_loop
+
+        t0 = time.perf_counter()
+        proofs += prove_grid_loop(kernel, tr, args, constexprs, terms, outputs, timeout_ms)
+        times["hoare"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    from .formula import render
+
+    raw = render(terms, outputs, tr, simplify=False)
+    formula = render(terms, outputs, tr, simplify=simplify)
+    times["simplification"] = time.perf_counter() - t0
+    return LiftResult(tr.kernel, graph, inputs, outputs, formula, raw, proofs, times, dict(syn.steps))
