@@ -22,6 +22,13 @@ RSQRT_COST = 8  # extraction prefers x / sqrt(y) (the textbook form) to x * rsqr
 
 
 def _model():
+    try:
+        import egglog  # noqa: F401
+    except ImportError:
+        from .errors import LiftError
+
+        raise LiftError("formula simplification needs egglog: pip install 'mirage[lift]' (or egglog), "
+                        "or call lift_triton(..., simplify=False)") from None
     from egglog import EGraph, Expr, StringLike, f64, f64Like, function, i64, i64Like, method, rewrite, var, vars_
 
     class F(Expr):

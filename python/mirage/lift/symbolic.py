@@ -46,6 +46,7 @@ class Buffer:
     mem: np.ndarray
     read: np.ndarray
     written: np.ndarray
+    store_at: str = ""  # file:line of the last tl.store into it
 
 
 @dataclass
@@ -546,6 +547,7 @@ class Evaluator:
             self.fail(e, f"the stored value's shape {np.shape(value)} does not match the pointers' {off.shape}")
         m = np.ones(off.shape, bool) if mask is None else self.mask(e, mask, off.shape)
         size = buf.mem.size
+        buf.store_at = self.where(e)
         for idx in np.ndindex(*off.shape):
             if m[idx]:
                 o = int(off[idx])

@@ -142,9 +142,9 @@ class Proof:
     """One verification obligation and its outcome."""
 
     part: str  # what was proved
-    method: str  # z3 (launched sizes) | hoare (all sizes) | numeric
-    status: str  # proved | refuted | unknown | skipped
-    scope: str  # "launched sizes ..." or "all sizes ..."
+    method: str  # z3 | numeric
+    status: str  # z3: proved | refuted | unknown; numeric: passed | failed
+    scope: str  # the sizes it holds for
     seconds: float = 0.0
     detail: str = ""
     counterexample: dict = field(default_factory=dict)
