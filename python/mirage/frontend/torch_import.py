@@ -30,6 +30,7 @@ import numpy as np
 from ..core.graph import KNGraph
 from ..core.mlir_text import print_module
 from . import tosa_to_kn as T
+from .fx_cleanup import cleanup
 
 # ATen ops (after torch-mlir's decompositions) whose TOSA lowering converts to kn.
 SUPPORTED = {
@@ -43,7 +44,7 @@ SUPPORTED = {
     "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.permute.default",
     "aten.transpose.int", "aten.t.default", "aten.expand.default", "aten.clone.default",
     "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.alias.default",
-    "aten.detach.default", "aten.cat.default", "aten._to_copy.default",
+    "aten.detach.default", "aten.cat.default", "aten._to_copy.default", "aten.slice.Tensor",
 }
 FLOAT_DTYPES = {"torch.float16", "torch.bfloat16", "torch.float32"}
 _POW_OK = {2, 0.5, -0.5, 1, -1, 3, 4, -2}
@@ -76,6 +77,8 @@ def unsupported_reason(node) -> str | None:
             return f"element type {v.dtype} (kn has float16, bfloat16, float32)"
     if target == "aten.pow.Tensor_Scalar" and node.args[1] not in _POW_OK:
         return f"pow by {node.args[1]} (kn has square, sqrt, rsqrt and products)"
+    if target == "aten.slice.Tensor" and (node.args[4] if len(node.args) > 4 else 1) != 1:
+        return f"slice with step {node.args[4]} (taken with step 1 only)"
     if target == "aten._to_copy.default":
         src, dst = node.all_input_nodes[0].meta["val"], node.meta["val"]
         if src.dtype != dst.dtype:
@@ -132,6 +135,7 @@ class ImportResult:
     exported: Any  # torch.export.ExportedProgram (decomposed)
     module: Any = None
     elided: list = field(default_factory=list)  # fp32 upcast sandwiches imported at half precision
+    removed: list = field(default_factory=list)  # no-op nodes removed before partitioning (fx_cleanup)
 
     @property
     def fully_converted(self) -> bool:
@@ -177,6 +181,8 @@ class ImportResult:
         lines.append(f"import: {ng} kn segment(s), {len(self.offloaded)} op(s) left to PyTorch")
         for e in self.elided:
             lines.append(f"  not exact: {e}")
+        for r in self.removed:
+            lines.append(f"  removed: {r}")
         for s in self.segments:
             if s.graph is not None:
                 kinds: dict = {}
@@ -372,15 +378,13 @@ def find_upcast_sandwiches(gm) -> list:
                     break
                 ops.add(u)
                 work.append(u)
-                for a in u.all_input_nodes:  # its other operands: upcasts of `low` or region values
-                    if a in ups or a in ops:
-                        continue
-                    if _cast_dtypes(a) == (low, torch.float32):
+                for a in u.all_input_nodes:  # upcasts of `low` among its operands join the region
+                    if a not in ups and _cast_dtypes(a) == (low, torch.float32):
                         ups.add(a)
                         work.append(a)
-                    else:
-                        ok = False
-                        break
+        # every operand of a region op is an upcast or a region op (one found later in the
+        # walk, as rsqrt(mean(x²)) in x * rsqrt(mean(x²)), counts)
+        ok = ok and all(a in ups or a in ops for u in ops for a in u.all_input_nodes)
         seen |= ups
         if ok and ops and downs:
             regions.append({"ups": ups, "ops": ops, "downs": downs, "dtype": low})
@@ -406,6 +410,8 @@ def elide_fp32_upcasts(gm) -> list:
         for u in r["ups"]:
             u.replace_all_uses_with(u.all_input_nodes[0])
             gm.graph.erase_node(u)
+        for n in [n for n in r["ops"] if str(n.target) == "aten._softmax.default"]:
+            _expand_softmax(gm, n)
         ops = sorted(str(n.target).replace("aten.", "").replace(".default", "") for n in r["ops"])
         notes.append(f"{len(r['ups'])} upcast(s) {str(low).replace('torch.', '')}->float32 and "
                      f"{len(r['downs'])} downcast(s) elided around {', '.join(ops)} (computed at "
@@ -414,6 +420,30 @@ def elide_fp32_upcasts(gm) -> list:
         gm.graph.lint()
         gm.recompile()
     return notes
+
+
+def _expand_softmax(gm, node) -> None:
+    """Replace `_softmax(x, dim)` by max, sub, exp, sum and div at x's type: torch-mlir
+    lowers a half-precision softmax through f32 casts of its own, which kn cannot take."""
+    import torch
+
+    aten = torch.ops.aten
+    x, dim = node.args[0], node.args[1]
+    v = node.meta["val"]
+    red = list(v.shape)
+    red[dim] = 1
+
+    def make(target, args, shape):
+        n = gm.graph.call_function(target, args)
+        n.meta["val"] = v.new_empty(shape)  # a fake tensor, as the export's
+        return n
+
+    with gm.graph.inserting_before(node):
+        m = make(aten.amax.default, (x, [dim], True), red)
+        e = make(aten.exp.default, (make(aten.sub.Tensor, (x, m), v.shape),), v.shape)
+        out = make(aten.div.Tensor, (e, make(aten.sum.dim_IntList, (e, [dim], True), red)), v.shape)
+    node.replace_all_uses_with(out)
+    gm.graph.erase_node(node)
 
 
 # -- export ------------------------------------------------------------------------------
@@ -554,6 +584,7 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
     module = _as_module(module_or_fn)
     ep = export(module, example_inputs)
     gm = ep.graph_module
+    removed = cleanup(gm)
     elided, sandwich = [], {}
     if allow_fp32_upcast_elision:
         elided = elide_fp32_upcasts(gm)
@@ -647,6 +678,7 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
     program = _make_program(ep, fused, segments, module)
     res = ImportResult(graphs, infos, offloaded, program, ep, module)
     res.elided = elided
+    res.removed = removed
     return res
 
 

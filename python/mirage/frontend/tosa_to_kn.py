@@ -37,6 +37,7 @@ Translation table (TOSA -> kn):
 | matmul (zero points 0) | matmul |
 | reduce_sum, reduce_max | reduction, reduce_max |
 | reshape, transpose, tile, concat | reshape, transpose, repeat, concat |
+| slice | matmul by a 0/1 selection matrix (a constant kernel input; the sliced dim moved last) |
 | const (splat) | constant |
 | const (not splat) | stays TOSA (a kernel input in the Python import) |
 | cast to the same type, identity | nothing |
@@ -173,6 +174,7 @@ class _Builder:
         self.nodes: list[Node] = []
         self.vals: dict = {}
         self.rewrites: list[str] = []
+        self._lifted: dict = {}
 
     # node creation ---------------------------------------------------------------------
     def add(self, n: Node) -> Node:
@@ -193,6 +195,13 @@ class _Builder:
 
     def const(self, value: float, shape, dt: str, src) -> Node:
         return self.add(Node("constant", [], {"value": float(value), "shape": tuple(shape)}, tuple(shape), dt, src))
+
+    def lifted(self, value: np.ndarray, dt: str, src) -> Node:
+        """A constant tensor that becomes a kernel input (equal values: one input)."""
+        key = (value.shape, dt, value.tobytes())
+        if key not in self._lifted:
+            self._lifted[key] = self.add(Node("lifted", shape=value.shape, dtype=dt, op=src, value=value))
+        return self._lifted[key]
 
     # rewrites applied at creation ------------------------------------------------------
     def mul(self, a: Node, b: Node, src) -> Node:
@@ -275,6 +284,9 @@ class _Builder:
         h = getattr(self, "_" + name.replace("tosa.", ""), None) if name.startswith("tosa.") else None
         if h is None:
             return self.opaque(op, "no kn equivalent")
+        if name not in ("tosa.reshape", "tosa.cast") and any(
+                _is_accumulator(v, n) for v, n in zip(op.operands, ins)):
+            return self.opaque(op, "reads the float32 accumulator of a half-precision matmul")
         try:
             out = h(op, ins, shape, dt)
         except GraphError as e:
@@ -406,6 +418,8 @@ class _Builder:
         for z in ins[2:]:
             if z is None or z.kind != "constant" or z.attrs["value"] != 0.0:
                 return "nonzero zero point"
+        # a half matmul whose TOSA result is f32 (torch-mlir accumulates at f32, then casts
+        # back): the kn node is the half matmul, its TOSA value an accumulator (`_is_accumulator`)
         return self.kn("matmul", [a, b], op)
 
     def _reduce(kind):
@@ -435,6 +449,34 @@ class _Builder:
             return x
         return self.kn("repeat", [x], op, repeats=reps)
 
+    def _slice(self, op, ins, shape, dt):
+        """kn has no slice: a slice of dim d is a product with a 0/1 selection matrix S
+        (S[start + j, j] = 1), lifted as a constant kernel input; dim d is moved last and
+        the other dims flattened around the 2-D matmul. Exact: each output sums one
+        product by 1 and zeros."""
+        if not self.lift_constants:
+            return "slice (kn has none; the PyTorch import lifts a selection matrix as a kernel input)"
+        x = self._f(ins[:1])[0]
+        start, size = (n.value if n is not None and n.kind == "meta" else None for n in ins[1:3])
+        if start is None or size is None:
+            return "slice bounds are not constants"
+        for d, (a, m) in enumerate(zip(start, size)):
+            n = x.shape[d]
+            if m == n:
+                continue
+            rank = len(x.shape)
+            perm = tuple(range(d)) + tuple(range(d + 1, rank)) + (d,)
+            t = x if d == rank - 1 else self.kn("transpose", [x], op, permutation=perm)
+            rows = int(np.prod(t.shape[:-1]))
+            sel = np.zeros((n, m))
+            sel[np.arange(a, a + m), np.arange(m)] = 1.0
+            y = self.kn("matmul", [self.reshape(t, (rows, n), op), self.lifted(sel, dt, op)], op)
+            y = self.reshape(y, t.shape[:-1] + (m,), op)
+            back = tuple(perm.index(k) for k in range(rank))
+            x = y if d == rank - 1 else self.kn("transpose", [y], op, permutation=back)
+            self.rewrites.append("slice -> matmul by a 0/1 selection matrix")
+        return x
+
     def _concat(self, op, ins, shape, dt):
         xs = self._f(ins)
         axis = int(_ir().IntegerAttr(op.attributes["axis"]).value)
@@ -445,12 +487,21 @@ class _Builder:
 
     def _cast(self, op, ins, shape, dt):
         (x,) = self._f(ins)
+        if x.dtype == dt and _is_accumulator(op.operands[0], x):
+            self.rewrites.append("cast(half matmul accumulated at f32) -> half matmul")
         if x.dtype != dt:
             return f"changes the element type {x.dtype} -> {dt} (kn has no cast)"
         return x
 
     def _identity(self, op, ins, shape, dt):
         return self._f(ins)[0]
+
+
+def _is_accumulator(value, node) -> bool:
+    """Whether TOSA `value` is the f32 accumulator of a half matmul that `node` (its kn
+    node, of the half type) stands for: the types differ."""
+    info = _tensor_info(value.type)
+    return node is not None and node.is_kn and info is not None and info[1] != node.dtype
 
 
 def _float_attr(op, name):
@@ -514,6 +565,8 @@ def convert_function(func, lift_constants: bool = False) -> FuncResult:
             b.vals[r] = n
     if results is None:
         raise ConversionError(f"@{name}: no func.return")
+    if any(_is_accumulator(v, n) for v, n in zip(o.operands, results)):
+        raise ConversionError(f"@{name}: returns the float32 accumulator of a half-precision matmul")
     live = _live(b.nodes, results)
     nodes = [n for n in b.nodes if id(n) in live]
     unsupported = [Unsupported(n.op.name, _loc(n.op), n.reason) for n in nodes
@@ -631,8 +684,8 @@ def _segments(name, nodes, args, results) -> list[Segment]:
                     ins.append(i)
         outs = [n for n in run if users_after.get(id(n), -1) > k]
         whole = len(runs) == 1
-        if whole:  # the function itself: its arguments and results, in order
-            ins, outs = list(args), list(results)
+        if whole:  # the function itself: its arguments (then lifted constants) and results, in order
+            ins, outs = list(args) + [i for i in ins if i.kind == "lifted"], list(results)
             for r in results:
                 if r.kind == "constant" and id(r) not in inside:
                     inside.add(id(r))
