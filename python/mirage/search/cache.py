@@ -1,8 +1,13 @@
 """Result cache: `<dir>/<key>.mlir`, key = hash of the reference program's MLIR text
 (under a fixed function name: renamed copies share an entry), the search configuration
 and the mirage version. Files hold the ranked candidates as functions (`@<name>_0` best
-first), printed by mirage.core.mlir_text (op and dtype names, never enum numbers), and
-are written atomically (temp file + rename).
+first), printed by mirage.core.mlir_text (op and dtype names, never enum numbers).
+
+The folder may be shared by several machines (NFS or any file system they all mount):
+entries are written atomically (`_write_atomic`: a reader sees the old file or the whole
+new one; of concurrent writers of one key the last wins, each with a complete entry),
+readable by the other users as the umask allows, and a reader discards a bad entry only
+if no writer has replaced it since it was read.
 
 Nothing is returned unchecked: reading back goes through `mirage.core.mlir_import.parse_mlir`
 (MLIR + the C++ dialects, so the cached graphs pass the C++ verifiers and the Python
@@ -60,12 +65,31 @@ def store(cache_dir: str, ref, cfg, graphs) -> str:
         for g, old in named:
             g.name = old
     p = path(cache_dir, ref, cfg)
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".tmp-", suffix=".mlir")  # one per writer
-    with os.fdopen(fd, "w") as f:
-        f.write(f"// {FORMAT} for @{ref.name}; ranked best first\n")
-        f.write(text)
-    os.replace(tmp, p)
+    _write_atomic(p, f"// {FORMAT} for @{ref.name}; ranked best first\n" + text)
     return p
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """Write `path` through a temp file of its folder (one per writer), on the disk before
+    it is renamed over `path` (atomic within a folder, also on NFS): a reader on any
+    machine sees the old file or the new one, never a part."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the entry from other users
+        os.replace(tmp, path)
+    except BaseException:
+        os.remove(tmp)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def parse_cached(text: str):
@@ -97,24 +121,34 @@ def check_entry(ref, graphs) -> str | None:
 
 def load(cache_dir: str, ref, cfg):
     p = path(cache_dir, ref, cfg)
-    if not os.path.exists(p):
-        return None
+    read = None
     try:
         with open(p) as f:
+            read = os.fstat(f.fileno())
             graphs = parse_cached(f.read())
         why = check_entry(ref, graphs)
+    except FileNotFoundError:
+        return None
     except Exception as e:  # unreadable, or a program the checks cannot take
         why = f"unreadable ({type(e).__name__}: {e})"
     if why is not None:
         warnings.warn(f"search cache entry {p} discarded: {why}; searching again", stacklevel=3)
-        try:
-            os.remove(p)
-        except OSError:
-            pass
+        _remove_if_unchanged(p, read)
         return None
     for g in graphs:
         g.name = ref.name
     return graphs
+
+
+def _remove_if_unchanged(p: str, read) -> None:
+    """Remove `p` unless another writer replaced it after it was read (`read`: its stat then)."""
+    try:
+        now = os.stat(p)
+        same = lambda st: (st.st_ino, st.st_mtime_ns, st.st_size)  # noqa: E731
+        if read is None or same(now) == same(read):
+            os.remove(p)
+    except OSError:  # gone already, or not ours to remove
+        pass
 
 
 # -- checkpoint files (Mirage's `previous_checkpoint`) -------------------------------------
@@ -131,13 +165,8 @@ def store_checkpoint(path: str, ref, graphs) -> str:
 
     data = {"format": CHECKPOINT_FORMAT, "version": 1, "reference": f"{owner_independent_hash(ref):016x}",
             "graphs": [to_data(g) for g in graphs]}
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-        f.write("\n")
-    os.replace(tmp, path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    _write_atomic(path, json.dumps(data) + "\n")
     return path
 
 

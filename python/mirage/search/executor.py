@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import time
 import uuid
 
@@ -54,7 +55,7 @@ class LocalPool:
         ctx = mp.get_context("fork")
         self.workers = workers
         self._stop = ctx.Event()
-        self._pool = ctx.Pool(workers, init, (deadline, self._stop) + tuple(init_args))
+        self._pool = ctx.Pool(workers, _local_init, (init, deadline, self._stop) + tuple(init_args))
 
     def map_unordered(self, fn, args):
         return self._pool.imap_unordered(fn, args, chunksize=1)
@@ -71,6 +72,13 @@ class LocalPool:
     def close(self) -> None:
         self._pool.close()
         self._pool.join()
+
+
+def _local_init(init, *args):
+    # a driver connected to Ray has Ray's SIGTERM handler, which its forked children
+    # inherit: it would print a crash report when `terminate()` stops them
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    init(*args)
 
 
 class _LocalOrdered:
