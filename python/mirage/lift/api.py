@@ -32,12 +32,13 @@ class LiftResult:
         return bool(bounded) and all(p.status == "proved" for p in bounded) and \
             all(p.status == "passed" for p in numeric)
 
-    def equivalent_to(self, reference, timeout_ms: int = 60000):
-        """Z3 check of the lifted graph against an intended program (a KNGraph with the
-        same inputs and outputs): `status` proved / refuted / unknown."""
-        from ..verify.smt import prove_equivalence
+    def equivalent_to(self, reference, delta: float = 1e-9):
+        """Does the lifted graph compute the intended program `reference` (a KNGraph with
+        the same inputs and outputs)? Our verifier's finite-field test (paper §5 of
+        Mirage), `mirage.verify.check_equivalence`: `.equivalent`, `.reason`, `.error_bound`."""
+        from ..verify import check_equivalence
 
-        return prove_equivalence(self.graph, reference, timeout_ms=timeout_ms)
+        return check_equivalence(reference, self.graph, delta=delta)
 
     def report(self) -> str:
         lines = [f"kernel {self.kernel}: reads {', '.join(self.inputs) or '-'}; writes {', '.join(self.outputs)}",

@@ -708,8 +708,10 @@ def _grid(grid, meta, where):
     if isinstance(grid, (int, np.integer)):
         grid = (grid,)
     try:
+        if isinstance(grid, str):
+            raise TypeError(grid)
         g = tuple(int(x) for x in grid)
-    except TypeError:
+    except (TypeError, ValueError):
         raise LiftError(f"the grid must be an int, a tuple of ints or a callable returning one, got {grid!r}", where)
     if not 1 <= len(g) <= 3 or any(x < 1 for x in g):
         raise LiftError(f"the grid {g} must have 1 to 3 positive dims", where)
