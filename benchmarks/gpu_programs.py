@@ -67,7 +67,7 @@ def input_scales(shapes):
 def build(a) -> int:
     from build_bundles import save
     from mirage.core.mlir_import import parse_mlir
-    from mirage.lower import compile as mirage_compile
+    from mirage.lower import Options, compile as mirage_compile
     from programs import PROGRAMS
 
     failed = 0
@@ -75,12 +75,14 @@ def build(a) -> int:
         ref = p.reference("decode")
         pick_path = os.path.join(a.picks, f"{name}.mlir")
         pick = parse_mlir(open(pick_path).read())[0] if os.path.isfile(pick_path) else None
-        for variant, g in (("search", pick), ("reference", ref)):
+        # search-smem: the pick with its rows in shared memory (Options.row_registers off), the A/B column
+        for variant, g, opts in (("search", pick, Options()), ("search-smem", pick, Options(row_registers=False)),
+                                 ("reference", ref, Options())):
             if g is None:
                 print(f"skip  {name} {variant}: no pick at {pick_path}", flush=True)
                 continue
             try:
-                save(mirage_compile(g, target=a.target), os.path.join(a.build, f"{name}_{variant}"))
+                save(mirage_compile(g, target=a.target, options=opts), os.path.join(a.build, f"{name}_{variant}"))
                 print(f"ok    {name} {variant}", flush=True)
             except Exception as e:
                 failed += 1
@@ -118,7 +120,7 @@ def run(a) -> int:
         ref0 = fn(*[x.float() for x in sets[0]])
         outs = [torch.empty(ref0.shape, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
         r = {"name": name, "cols": {}}
-        for v in ("search", "reference"):
+        for v in ("search", "search-smem", "reference"):
             path = os.path.join(a.run, f"{name}_{v}")
             if not os.path.isdir(path):
                 continue
@@ -149,21 +151,22 @@ def run(a) -> int:
              f"- date: {datetime.datetime.now().isoformat(timespec='minutes')}",
              f"- versions: {versions_line()}",
              "- programs: examples/programs.py at decode size (8 tokens, hidden 4096); `search` = the pick of "
-             "`superoptimize(g, \"auto\")` (benchmarks/results/search_default.md), `reference` = the program as "
-             "written (one pre-defined kernel per op); both replayed as CUDA graphs",
+             "`superoptimize(g, \"auto\")` (benchmarks/results/search_default.md), `search-smem` = the same pick "
+             "with its rows in shared memory (`Options(row_registers=False)`, the lowering before register rows), "
+             "`reference` = the program as written (one pre-defined kernel per op); all replayed as CUDA graphs",
              "- µs: medians of triton.testing.do_bench, inputs rotating over sets spanning 4× L2; speedup = best "
              "PyTorch (eager, compile, compile+graph) / search; floor = inputs once + output once at the copy "
              "bandwidth",
              f"- every bundle checked first against fp32 PyTorch on fresh inputs (NaN-poisoned output, launched "
              f"twice), tolerance {TOL:g}; ✗ marks a failure (not counted in the geomean)", "",
-             "| program | search µs | reference µs | eager | compile | compile+graph | speedup | floor µs "
-             "| rel. err |", "|---|---|---|---|---|---|---|---|---|"]
+             "| program | search µs | search-smem µs | reference µs | eager | compile | compile+graph | speedup "
+             "| floor µs | rel. err |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         def cell(v):
             c = r["cols"].get(v)
             return "-" if c is None else f"{c['us']:.1f} ({c['kernels']}k)" + ("" if c["err"] <= TOL else " ✗")
         s = r["cols"].get("search")
-        lines.append(f"| {r['name']} | {cell('search')} | {cell('reference')} | {r['eager']:.1f} | "
+        lines.append(f"| {r['name']} | {cell('search')} | {cell('search-smem')} | {cell('reference')} | {r['eager']:.1f} | "
                      f"{r['compile']:.1f} | {r['compile_graph']:.1f} | "
                      + (f"{r['best_torch'] / s['us']:.2f}×" if s else "-")
                      + f" | {r['floor']:.1f} | " + (f"{s['err']:.1e}" if s else "-") + " |")

@@ -5,7 +5,7 @@ import sys
 
 import mirage as mi
 from mirage.core.graph import Op
-from mirage.lower.kernel_plan import GlobalArg, KernelPlan, Options, choose_split
+from mirage.lower.kernel_plan import GlobalArg, KernelPlan, Options, RowPlan, choose_split
 from mirage.lower.predefined import default_block_graph
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -17,9 +17,10 @@ from benchmarks import BENCHMARKS  # noqa: E402
 def plan_of(g, opts=None, k=0):
     op = g.ops[k]
     tb = op.body if op.kind == "graph_def" else default_block_graph(op)
-    ins = [GlobalArg(f"%in{j}", t.shape, mi.core.graph.row_major_strides(t.shape), t.dtype.mlir, t.dtype.itemsize)
-           for j, t in enumerate(op.inputs)]
-    return KernelPlan(tb, ins, opts or Options())
+    def args(ts, p):
+        return [GlobalArg(f"%{p}{j}", t.shape, mi.core.graph.row_major_strides(t.shape), t.dtype.mlir, t.dtype.itemsize)
+                for j, t in enumerate(ts)]
+    return KernelPlan(tb, args(op.inputs, "in"), opts or Options(), outs=args(op.outputs, "out"))
 
 
 def test_gemv_plan():
@@ -77,11 +78,13 @@ def test_split_for_small_grids():
 
 def test_predefined_plans():
     g = BENCHMARKS["ntrans"].reference(1)
-    norm = plan_of(g)                                 # rms_norm of (8, 4096): one row a block
+    smem = Options(row_registers=False)               # rows in shared memory (else: test_row_plan)
+    norm = plan_of(g, smem)                           # rms_norm of (8, 4096): one row a block
     assert norm.tb.grid_dim == (8, 1, 1) and norm._row_split(1, 4096) == 4
-    ew = plan_of(g, k=1)                              # sub, in 16-byte chunks
+    ew = plan_of(g, smem, k=1)                        # sub, in 16-byte chunks
     assert all(ew.vec_width(op) == 8 for op in ew.tb.ops)
-    assert ew.vec_width(ew.tb.ops[0]) == 8 and plan_of(g, Options(vectorize=False), k=1).vec_width(ew.tb.ops[0]) == 1
+    assert plan_of(g, Options(vectorize=False, row_registers=False), k=1).vec_width(ew.tb.ops[0]) == 1
+    assert plan_of(g, k=1).rows.V == 8
     mm = plan_of(BENCHMARKS["lora"].reference(1))    # X @ W: tensor cores, accumulated in registers
     assert mm.mma_ops and mm.reg_acc
 
@@ -111,3 +114,48 @@ def test_one_target_description():
     assert Options().sms == SearchConfig().sms == DEFAULT.sms and Options().smem_per_sm == DEFAULT.smem_per_sm
     g = BENCHMARKS["gated_mlp"].fused(1)  # memory-bound: faster with H200's bandwidth, slower on an A100
     assert cost(g, H200).time < cost(g).time < cost(g, A100).time
+
+
+def _rows_graph(rows, cols, grid, threads, build):
+    g = mi.new_kernel_graph()
+    X = g.new_input((rows, cols))
+    tb = mi.new_threadblock_graph((grid, 1, 1), (threads, 1, 1), 1)
+    x = tb.new_input(X, (0, -1, -1), -1)
+    tb.new_output(build(tb, x), (0, -1, -1), -1)
+    g.mark_output(g.customized([X], tb)[0])
+    return g
+
+
+def test_row_plan():
+    """Row-wise block graphs without a for-loop keep their rows in registers; the plan says
+    how the chunks fall to threads, and adds or removes threads so that each keeps a few."""
+    softmax = lambda tb, x: tb.div(tb.exp(x), tb.reduction(tb.exp(x), 1))  # noqa: E731
+    # one 1024-element row a block, 128 threads: one 8-element chunk each, 4 warps a row
+    p = plan_of(_rows_graph(256, 1024, 256, 128, softmax))
+    assert p.rows == RowPlan((1, 1024), 8, 128, 128, 1, 1, 1)
+    assert p.smem == 4 * 4 and p.nthreads == 128  # one word a warp for the one reduction
+    assert "rows in registers" in p.describe()
+    # 2 rows of 4096 a block: 1024 chunks for 128 threads -> 256 threads, 2 chunks of each row
+    p = plan_of(_rows_graph(64, 4096, 32, 128, softmax))
+    assert (p.rows.threads, p.rows.tpr, p.rows.passes, p.rows.per_row) == (256, 256, 2, 2)
+    assert p.smem == 1 * 2 * 8 * 4  # a word a warp and a row
+    # a short row (256 elements = 32 chunks): one warp takes it, no shared memory
+    p = plan_of(_rows_graph(8, 256, 8, 128, lambda tb, x: tb.exp(x)))
+    assert (p.rows.threads, p.rows.tpr, p.smem) == (32, 32, 0)
+    # the options fix the threads: 256 threads on one 1024-element row is 128 chunks: no plan
+    assert plan_of(_rows_graph(256, 1024, 256, 128, softmax), Options(threads=256)).rows is None
+    assert plan_of(_rows_graph(256, 1024, 256, 128, softmax), Options(threads=64)).rows.per_row == 2
+
+
+def test_row_plan_does_not_apply():
+    g = _rows_graph(256, 1024, 256, 128, lambda tb, x: tb.exp(x))
+    assert plan_of(g, Options(row_registers=False)).rows is None
+    assert plan_of(g, Options(vectorize=False)).rows is None
+    # a reduction over another dim than the last
+    assert plan_of(_rows_graph(256, 1024, 64, 128, lambda tb, x: tb.reduction(x, 0))).rows is None
+    # a for-loop, a matmul
+    assert plan_of(BENCHMARKS["rmsnorm_linear"].fused(1)).rows is None
+    # a pre-defined rms_norm: its default block graph is row-wise
+    assert plan_of(BENCHMARKS["ntrans"].reference(1)).rows is not None
+    # rows that are not whole 16-byte chunks (1000 elements)
+    assert plan_of(_rows_graph(16, 1000, 16, 128, lambda tb, x: tb.exp(x))).rows is None

@@ -118,13 +118,14 @@ def test_barrier_count():
     # the optimizer's schedule (default): one barrier after the iteration's loads (copied
     # by all threads), one before the output saver (the exp's tile, read by other threads
     # than wrote it) = 2, what the SchedulePlan counts
-    low, ptx = to_ptx(_exp_graph(1))
+    # (with the rows in shared memory: in registers, see test_row_registers, none is needed)
+    low, ptx = to_ptx(_exp_graph(1), options=Options(row_registers=False))
     assert low.kernels[0]["notes"]["barriers_plan"] == 2
     assert low.module.count("gpu.barrier") == 2 and ptx.count("bar.sync") == 2
     # schedule off (a barrier after every op): after the (empty) prologue, after the loads,
     # after the op, at the end of the iteration, after the loop = 5; LLVM merges the two
     # back-to-back ones: 4 bar.sync
-    low, ptx = to_ptx(_exp_graph(1), options=Options(schedule=False))
+    low, ptx = to_ptx(_exp_graph(1), options=Options(schedule=False, row_registers=False))
     assert low.module.count("gpu.barrier") == 5 and ptx.count("bar.sync") == 4
     # saved every iteration (the output maps the loop dim), 4-stage ring: per iteration one
     # barrier after the ring's wait (which also frees the slot of the previous iteration)
@@ -284,8 +285,8 @@ def test_optimizer_plan_is_consumed():
     assert on["smem_bytes"] < off["smem_bytes"]
     assert on["notes"]["swizzled"] >= 3 and off["notes"]["swizzled"] == 0
     nt = BENCHMARKS["ntrans"].fused(1)
-    a = convert_to_gpu(nt).kernels[0]["smem_bytes"]
-    b = convert_to_gpu(nt, Options(smem_plan=False)).kernels[0]["smem_bytes"]
+    a = convert_to_gpu(nt, Options(row_registers=False)).kernels[0]["smem_bytes"]
+    b = convert_to_gpu(nt, Options(smem_plan=False, row_registers=False)).kernels[0]["smem_bytes"]
     assert a < b
     # schedule: fewer barriers than one after every op
     lo_on = convert_to_gpu(g).module.count("gpu.barrier")
@@ -445,3 +446,30 @@ def test_variant_bundle_with_split_choices(tmp_path):
     assert grids["c0"] == [[96, 1, 4]] and grids["c0-split2"] == [[96, 1, 2]] and grids["c0-split8"] == [[96, 1, 8]]
     blocks = {n: [k.block for k in b.manifest.kernels] for n, b in bundles}
     assert blocks["c0-split2-t512"] == [[512, 1, 1]] and blocks["c0"] == [[128, 1, 1]]
+
+
+def test_row_registers():
+    """Row-wise kernels without a for-loop (KernelPlan.rows): 16-byte loads of device
+    memory straight into registers, all before any compute; no shared-memory tiles; one
+    barrier per reduction whose row spans warps, none otherwise."""
+    low, ptx = to_ptx(BENCHMARKS["ntrans"].fused(1))  # one 4096-element row a block, 256 threads
+    k = low.kernels[0]
+    assert "row_registers" in k["notes"] and k["block"] == [256, 1, 1]
+    assert "cp.async" not in ptx and "st.shared.v4" not in ptx
+    assert ptx.count("ld.global.v4.b32") == 3 * 2 and ptx.count("st.global.v4.b32") == 2  # 2 chunks a thread
+    assert ptx.count("bar.sync") == 2 and k["smem_bytes"] == 2 * 8 * 4  # 2 norms, 8 warps a row
+    assert ptx.count("shfl.sync.bfly.b32") == 2 * 5
+    first_math = min(ptx.index(x) for x in ("mul.rn.f32", "add.rn.f32", "sub.rn.f32", "div.rn.f32") if x in ptx)
+    assert ptx.rindex("ld.global.v4.b32") < first_math  # the loads are all in flight first
+    # an element-wise chain on 256-element rows: one warp a block, no barrier, no shared memory
+    g = mi.new_kernel_graph()
+    X, G = g.new_input((8, 4096)), g.new_input((4096,))
+    tb = mi.new_threadblock_graph((8, 16, 1), (128, 1, 1), 1)
+    x = tb.new_input(X, (0, 1, -1), -1)
+    w = tb.new_input(G, (-1, 0, -1), -1)
+    tb.new_output(tb.mul(tb.exp(x), w), (0, 1, -1), -1)
+    g.mark_output(g.customized([X, G], tb)[0])
+    low, ptx = to_ptx(g)
+    assert low.kernels[0]["block"] == [32, 1, 1] and low.kernels[0]["smem_bytes"] == 0
+    assert "bar.sync" not in ptx and "shared" not in ptx.split(".entry")[1]
+    assert ptx.count("ld.global.v4.b32") == 2 and ptx.count("st.global.v4.b32") == 1

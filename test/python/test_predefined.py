@@ -164,10 +164,10 @@ def test_reference_programs_expand_to_equivalent_block_graphs(name):
 mlir = pytest.importorskip("mlir.ir")
 
 
-def kernels_of(g):
+def kernels_of(g, options=None):
     from mirage.lower import to_ptx
 
-    low, ptx = to_ptx(g)
+    low, ptx = to_ptx(g, options=options)
     bodies = {}
     names = [k["name"] for k in low.kernels]
     for k in names:
@@ -189,13 +189,24 @@ def test_predefined_matmul_runs_on_tensor_cores_with_a_cp_async_ring_and_split_k
 
 
 def test_predefined_elementwise_is_vectorized():
+    # rows in registers (the default): 16-byte loads and stores of device memory, nothing shared
     low, bodies = kernels_of(BENCHMARKS["gated_mlp"].reference(1))
+    ew = [k for k in low.kernels if k["notes"]["kind"] in ("silu", "mul")]
+    assert len(ew) == 2
+    for k in ew:
+        body = bodies[k["name"]]
+        assert "row_registers" in k["notes"] and k["smem_bytes"] == 0
+        assert re.search(r"ld\.global\.v4\.(b32|u32|f32)", body) and "shared" not in body
+        assert re.search(r"st\.global\.v4\.(b32|u32|f32)", body)
+    # rows in shared memory: 16-byte cp.async in, the element loop on chunks, 16-byte stores out
+    from mirage.lower import Options
+    low, bodies = kernels_of(BENCHMARKS["gated_mlp"].reference(1), Options(row_registers=False))
     for k in low.kernels:
         if k["notes"]["kind"] in ("silu", "mul"):
             body = bodies[k["name"]]
-            assert "cp.async.cg.shared.global" in body       # 16-byte copies in
-            assert "ld.shared.v4" in body and "st.shared.v4" in body  # the element loop on chunks
-            assert re.search(r"st\.global\.v4\.(b32|u32|f32)", body)  # 16-byte stores out
+            assert "cp.async.cg.shared.global" in body
+            assert "ld.shared.v4" in body and "st.shared.v4" in body
+            assert re.search(r"st\.global\.v4\.(b32|u32|f32)", body)
 
 
 def test_predefined_reductions_use_warp_shuffles():
@@ -210,11 +221,13 @@ def test_predefined_reductions_use_warp_shuffles():
 def test_few_long_rows_are_split_across_warps():
     """A block with fewer rows than warps (one 4096-element row, 4 or 8 warps) reduces
     each row with every warp: partials through shared memory, then one thread a row."""
-    low, bodies = kernels_of(BENCHMARKS["ntrans"].reference(1))
+    from mirage.lower import Options
+    smem = Options(row_registers=False)  # (rows in registers: see test_lower.py::test_row_registers)
+    low, bodies = kernels_of(BENCHMARKS["ntrans"].reference(1), smem)
     norms = [k for k in low.kernels if k["notes"]["kind"] == "rms_norm"]
     assert norms and all(k["notes"].get("split_rows") == 4 for k in norms)
-    low, _ = kernels_of(BENCHMARKS["ntrans"].fused(1))
+    low, _ = kernels_of(BENCHMARKS["ntrans"].fused(1), smem)
     assert low.kernels[0]["notes"].get("split_rows") == 8
     # many rows: one warp a row, no partials
-    low, _ = kernels_of(BENCHMARKS["qknorm_attention"].reference(1))
+    low, _ = kernels_of(BENCHMARKS["qknorm_attention"].reference(1), smem)
     assert not any("split_rows" in k["notes"] for k in low.kernels if k["notes"]["kind"] == "rms_norm")

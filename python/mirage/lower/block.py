@@ -1,6 +1,8 @@
 """Lowering of one graph-defined kernel (a block graph) to a `gpu.func`.
 
-Layout of the generated kernel (one thread block = one block of the μGraph's grid):
+Layout of the generated kernel (one thread block = one block of the μGraph's grid; a
+block graph of row-wise ops without a for-loop keeps its rows in registers instead,
+`emitters/rows.py`):
 
 - every tile of the block graph lives in dynamic shared memory, row-major with a
   padded row (`ld`) where it feeds the tensor cores; accumulators that are not in
@@ -31,7 +33,7 @@ from ..core.graph import Op, TBGraph
 from ..core.ops import is_accumulator
 from . import scalar
 from .emitter import SMEM, Emitter, Idx
-from .emitters import AccumulatorEmitter, ElementwiseEmitter, MatmulEmitter, ReductionEmitter, TileIO
+from .emitters import AccumulatorEmitter, ElementwiseEmitter, MatmulEmitter, ReductionEmitter, RowsEmitter, TileIO
 from .kernel_plan import GlobalArg, KernelPlan, LoweringError, Options, _row_major, running_maxima
 
 
@@ -56,7 +58,7 @@ def unsupported(tb: TBGraph, kernel: str) -> None:
                 f"for-loop over dim {op.attrs['dim']}; the GPU lowering keeps one over the last dim only")
 
 
-class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter, AccumulatorEmitter):
+class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter, AccumulatorEmitter, RowsEmitter):
     """Emits one kernel from its `KernelPlan` (`self.p`): the decisions are read there,
     this class only writes MLIR (the emit-time state: views, register values, barriers).
     The op families' emitters are in `lower/emitters/`; here: the op dispatch, the loop
@@ -64,7 +66,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
 
     def __init__(self, tb: TBGraph, name: str, ins: list[GlobalArg], outs: list[GlobalArg], opts: Options,
                  mode: str = "full", split: int = 1, ws: GlobalArg | None = None):
-        self.p = KernelPlan(tb, ins, opts, mode, split, bool(outs), name)
+        self.p = KernelPlan(tb, ins, opts, mode, split, bool(outs), name, outs)
         self.tb, self.name, self.ins, self.outs, self.opts = tb, name, ins, outs, self.p.opts
         self.mode, self.split, self.ws = mode, split, ws
         self.e = Emitter()
@@ -198,6 +200,8 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         else:
             self.bz = e.op("gpu.block_id z", "bid") if g[2] > 1 else 0
         self.blin = e.add(self.bx, e.mul(g[0], e.add(self.by, e.mul(g[1], self.bz))))
+        if self.p.rows:
+            return self.lower_rows()
         self.smem_base = e.op(f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>", "smem")
         self.gptrs: dict[int, str] = {}
         for k in range(len(tb.inputs)):

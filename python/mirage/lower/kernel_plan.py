@@ -203,6 +203,10 @@ class Options:
     vectorize: bool = True
     # threads of every block (0: the μGraph's block_dim); a tuning knob, see `tuning_choices`
     threads: int = 0
+    # a block graph of row-wise ops without a for-loop (element-wise ops, thread graphs, row
+    # reductions, RMS norms) keeps its rows in registers: 16-byte global loads and stores,
+    # no shared-memory tiles, a barrier only where warps combine a row (`plan_rows`)
+    row_registers: bool = True
 
 
 def running_maxima(tb: TBGraph) -> list[Op]:
@@ -242,12 +246,99 @@ def choose_split(tb: TBGraph, opts: "Options") -> int:
     return best
 
 
+ROW_OPS = scalar.BINARY + scalar.UNARY + ("constant", "thread_graph", "reduction", "reduce_max", "rms_norm")
+MAX_ROW_CHUNKS = 4  # 16-byte chunks a thread keeps per tensor before the plan adds threads
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """A block graph computed in registers, row by row: every tensor broadcasts to `shape`
+    (rows x L); thread t owns the 16-byte chunks (`V` elements) t % tpr + i * tpr (i <
+    per_row) of the rows (t // tpr) + p * (threads // tpr) (p < passes). Row reductions
+    combine the chunks in-thread, the `tpr` threads of a row by shuffles and, where a row
+    spans warps, their partials through `slots` f32 words of shared memory per reduction."""
+    shape: tuple
+    V: int
+    threads: int
+    tpr: int
+    passes: int
+    per_row: int
+    reductions: int
+
+    @property
+    def slots(self) -> int:
+        return self.passes * (self.threads // 32) if self.tpr > 32 else 0
+
+    @property
+    def smem(self) -> int:
+        return self.reductions * self.slots * 4
+
+
+def _broadcasts(t: tuple, shape: tuple) -> bool:
+    return len(t) <= len(shape) and all(a in (1, b) for a, b in zip(reversed(t), reversed(shape)))
+
+
+def plan_rows(tb: TBGraph, ins: list[GlobalArg], outs: list[GlobalArg], opts: Options,
+              nthreads: int) -> RowPlan | None:
+    """The register row layout of `tb` (`RowPlan`), or None where it does not apply: a for-loop,
+    an op other than element-wise ops, thread graphs and reductions / RMS norms over the last
+    dim, a tensor that does not broadcast to the largest one with its last dim whole or 1, or
+    a device tensor whose rows are not 16-byte chunks. Threads: the μGraph's (or opts.threads),
+    doubled while a thread would keep more than MAX_ROW_CHUNKS chunks, halved while some
+    would have none (both only when opts.threads does not fix them)."""
+    if not (opts.row_registers and opts.vectorize) or tb.forloop_range != 1 or not tb.ops:
+        return None
+    tensors = [rec.stensor for rec in tb.inputs] + [t for op in tb.ops for t in op.outputs]
+    shape = max((tuple(t.shape) for t in tensors), key=prod)
+    if len(shape) < 1:
+        return None
+    L = shape[-1]
+    for op in tb.ops:
+        if op.kind not in ROW_OPS or any(o.shape != op.outputs[0].shape for o in op.outputs):
+            return None
+        x = op.inputs[0] if op.inputs else None
+        if op.kind in ("reduction", "reduce_max") and (
+                op.attrs["dim"] % len(x.shape) != len(x.shape) - 1 or x.shape[-1] != L):
+            return None
+        if op.kind == "rms_norm" and (len(op.attrs.get("normalized_shape") or (1,)) != 1 or x.shape[-1] != L):
+            return None
+    if any(not t.shape or not _broadcasts(tuple(t.shape), shape) or t.shape[-1] not in (1, L) for t in tensors):
+        return None
+    V = 16 // min(t.dtype.itemsize for t in tensors)
+    if L % V:
+        return None
+    for g, t in [(g, rec.stensor) for g, rec in zip(ins, tb.inputs)] + [(g, rec.stensor) for g, rec in zip(outs, tb.outputs)]:
+        if t.shape[-1] == L and L > 1 and (g.strides[-1] != 1 or any(s % V for s in g.strides[:-1])):
+            return None
+    rows, n = prod(shape[:-1]), L // V
+    T = nthreads
+    if not opts.threads:
+        while rows * n > MAX_ROW_CHUNKS * T and T < 1024:
+            T *= 2
+        while T > 32 and rows * n < T:
+            T //= 2
+    if T % 32 or rows * n < T:
+        return None
+    tpr = min(T, n)
+    if n >= T and n % T:
+        return None
+    if n < T and (T % n or (n < 32 and n & (n - 1)) or (n > 32 and n % 32)):
+        return None
+    if rows % (T // tpr):
+        return None
+    passes, per_row = rows // (T // tpr), n // tpr
+    if passes * per_row > 2 * MAX_ROW_CHUNKS:
+        return None
+    reds = sum(1 for op in tb.ops if op.kind in ("reduction", "reduce_max", "rms_norm"))
+    return RowPlan(shape, V, T, tpr, passes, per_row, reds)
+
+
 class KernelPlan:
     """The decisions for lowering block graph `tb` (mode "full", or with the for-loop split
     over `split` blocks: "partial" / "combine", see `BlockLowering.lower`)."""
 
     def __init__(self, tb: TBGraph, ins: list[GlobalArg], opts: Options, mode: str = "full", split: int = 1,
-                 has_outputs: bool = True, name: str = "kernel"):
+                 has_outputs: bool = True, name: str = "kernel", outs: list[GlobalArg] | None = None):
         if mode == "combine":  # reads the partials once: no ring
             opts = replace(opts, stages=1)
         self.tb, self.ins, self.opts, self.mode, self.split, self.name = tb, ins, opts, mode, split, name
@@ -275,6 +366,11 @@ class KernelPlan:
         self.mma_ops: set[int] = set()  # id(op) of matmuls on tensor cores
         self.reg_acc: dict[int, Op] = {}  # id(accum op) -> matmul op whose fragments it keeps
         self.notes: dict = {"mma": 0, "cp_async_inputs": 0, "stages": 1, "warp_reductions": 0}
+        self.rows = plan_rows(tb, ins, outs, opts, self.nthreads) if mode == "full" and outs else None
+        if self.rows:  # no tiles: the rows live in registers
+            self.block, self.nthreads, self.smem = (self.rows.threads, 1, 1), self.rows.threads, self.rows.smem
+            self.notes["row_registers"] = f"{self.rows.passes}x{self.rows.per_row} chunks/thread, {self.rows.tpr} threads/row"
+            return
         self.plan()
 
     def _consumers(self):
@@ -625,6 +721,11 @@ class KernelPlan:
     def describe(self) -> str:
         """The plan in a few lines, for debugging and tests."""
         tb = self.tb
+        if self.rows:
+            r = self.rows
+            return (f"kernel plan (rows in registers): grid {list(tb.grid_dim)}, {self.nthreads} threads, rows "
+                    f"{list(r.shape)} in {r.V}-element chunks, {r.tpr} threads a row, {r.passes} row(s) x "
+                    f"{r.per_row} chunk(s) a thread, {self.smem} bytes of shared memory")
         names = self.names
         out = [f"kernel plan ({self.mode}, split {self.split}): grid {list(tb.grid_dim)}, {self.nthreads} threads, "
                f"for-loop {self.R}, ring {self.S} stage(s), {self.smem} bytes of shared memory"]

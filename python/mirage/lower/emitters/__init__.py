@@ -5,5 +5,6 @@ from .elementwise import ElementwiseEmitter
 from .matmul import MatmulEmitter
 from .memory import TileIO
 from .reduction import ReductionEmitter
+from .rows import RowsEmitter
 
-__all__ = ["AccumulatorEmitter", "ElementwiseEmitter", "MatmulEmitter", "ReductionEmitter", "TileIO"]
+__all__ = ["AccumulatorEmitter", "ElementwiseEmitter", "MatmulEmitter", "ReductionEmitter", "RowsEmitter", "TileIO"]
