@@ -17,7 +17,6 @@ from typing import Callable
 import numpy as np
 import triton
 import triton.language as tl
-from scipy.special import erf
 
 
 # -- element-wise ------------------------------------------------------------------------------
@@ -383,6 +382,8 @@ def _sig(x):
 
 
 def _gelu(x):
+    from scipy.special import erf
+
     return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))
 
 
@@ -421,7 +422,7 @@ def _vec(n, k=1):
     return lambda rng: [rng.standard_normal(n).astype(np.float32) for _ in range(k)]
 
 
-def _ew(name, kernel, fn, k, formula, n=10, block=4, kind="activation", positive=False):
+def _ew(name, kernel, fn, k, formula, n=10, block=4, kind="element-wise", positive=False):
     def make(rng):
         xs = [rng.standard_normal(n).astype(np.float32) for _ in range(k)]
         if positive:
@@ -463,17 +464,17 @@ CASES = [
     Case("axpy", axpy_kernel, (3,), lambda rng: [rng.standard_normal(10).astype(np.float32),
                                                   rng.standard_normal(10).astype(np.float32),
                                                   np.zeros(10, np.float32), 2.5, 10],
-         {"BLOCK": 4}, lambda x, y: [2.5 * x + y], "out = alpha * x + y", "activation"),
+         {"BLOCK": 4}, lambda x, y: [2.5 * x + y], "out = alpha * x + y", "element-wise"),
     _ew("neg", neg_kernel, lambda x: [-x], 1, "out = -x"),
     _ew("reciprocal", reciprocal_kernel, lambda x: [1.0 / x], 1, "out = 1 / x"),
     _ew("exp", exp_kernel, lambda x: [np.exp(x)], 1, "out = exp(x)"),
     _ew("rsqrt", rsqrt_kernel, lambda x: [1.0 / np.sqrt(x)], 1, "out = 1 / sqrt(x)", positive=True),
-    _ew("relu", relu_kernel, lambda x: [np.maximum(x, 0)], 1, "out = relu(x)"),
-    _ew("relu_where", relu_where_kernel, lambda x: [np.maximum(x, 0)], 1, "out = relu(x)"),
-    _ew("square_relu", square_relu_kernel, lambda x: [np.maximum(x, 0) ** 2], 1, "out = relu(x) * relu(x)"),
-    _ew("sigmoid", sigmoid_kernel, lambda x: [_sig(x)], 1, "out = sigmoid(x)"),
-    _ew("silu", silu_kernel, lambda x: [x * _sig(x)], 1, "out = silu(x)"),
-    _ew("gelu", gelu_kernel, lambda x: [_gelu(x)], 1, "out = gelu(x)"),
+    _ew("relu", relu_kernel, lambda x: [np.maximum(x, 0)], 1, "out = relu(x)", kind="activation"),
+    _ew("relu_where", relu_where_kernel, lambda x: [np.maximum(x, 0)], 1, "out = relu(x)", kind="activation"),
+    _ew("square_relu", square_relu_kernel, lambda x: [np.maximum(x, 0) ** 2], 1, "out = relu(x) * relu(x)", kind="activation"),
+    _ew("sigmoid", sigmoid_kernel, lambda x: [_sig(x)], 1, "out = sigmoid(x)", kind="activation"),
+    _ew("silu", silu_kernel, lambda x: [x * _sig(x)], 1, "out = silu(x)", kind="activation"),
+    _ew("gelu", gelu_kernel, lambda x: [_gelu(x)], 1, "out = gelu(x)", kind="activation"),
     _ew("swiglu", swiglu_kernel, lambda a, b: [a * _sig(a) * b], 2, "out = silu(a) * b", kind="fused"),
     _ew("geglu", geglu_kernel, lambda a, b: [_gelu(a) * b], 2, "out = gelu(a) * b", kind="fused"),
     Case("zeros", fill_zeros_kernel, (3,), lambda rng: [np.ones(10, np.float32), 10], {"BLOCK": 4},

@@ -46,7 +46,6 @@ def broadcast(*shapes) -> tuple:
 def evaluate(t: Term, inputs: dict, memo: dict | None = None) -> np.ndarray:
     """Float64 value of `t` with a trailing sample axis: `inputs` maps an input name to
     an array of shape (samples, *shape)."""
-    from scipy.special import erf  # noqa: F401 (gelu below)
     from ..core.arith import _UNARY
 
     memo = {} if memo is None else memo

@@ -23,7 +23,7 @@ RSQRT_COST = 8  # extraction prefers x / sqrt(y) (the textbook form) to x * rsqr
 
 def _model():
     try:
-        import egglog  # noqa: F401
+        import egglog  # noqa: F401 (only to say what to install)
     except ImportError:
         from .errors import LiftError
 

@@ -204,7 +204,7 @@ class Evaluator:
         f = self.expr(it.func, env)
         fname = f.name if isinstance(f, _Builtin) else getattr(f, "__name__", "")
         if f is not range and fname not in ("range", "static_range"):
-            self.fail(s, f"a for loop must iterate over range(...), tl.range(...) or tl.static_range(...)")
+            self.fail(s, "a for loop must iterate over range(...), tl.range(...) or tl.static_range(...)")
         bounds = [self.concrete_int(a, env, "loop bound") for a in it.args[:3]]
         if not isinstance(s.target, ast.Name):
             self.fail(s, "the loop variable must be a name")
