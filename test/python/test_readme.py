@@ -48,6 +48,8 @@ SKIPS = [
      "needs a CUDA GPU (torch.cuda.is_available() is False here)"),
     ("torch", lambda b: "import torch" in b, lambda: not (_has("torch") and _has("torch_mlir")),
      "needs the PyTorch front end (pip install torch==2.13.0 '.[torch]')"),
+    ("lift", lambda b: "mirage.lift" in b, lambda: not (_has("triton") and _has("egglog")),
+     "needs the lift extra (pip install '.[lift]')"),
 ]
 
 # block marker -> text its output must contain
@@ -64,6 +66,7 @@ EXPECT = {
     "python -m mirage.lower": "gpu.module",
     'device="cuda"': "",  # asserts against torch itself
     "mt.import_module": "kn segment",
+    "lift_triton(": "formula     out = x / sqrt(mean(x * x, 1) + eps) * w",
 }
 
 
