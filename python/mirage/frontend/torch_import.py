@@ -21,6 +21,7 @@ Pipeline (`import_module`):
 """
 from __future__ import annotations
 
+import operator
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -175,6 +176,28 @@ class ImportResult:
                 raise ValueError(f"graph input {b.name} is an intermediate value computed in torch")
         return out
 
+    def evaluate(self, *args) -> list[np.ndarray]:
+        """The module's outputs (flattened, in the module's order) computed by the reference
+        interpreter in float64 from the kn graph of a module imported whole: the check that
+        the import computes what the module computes."""
+        g = self.graph
+        (seg,) = self.program.segments.values()
+        (call,) = [n for n in self.program.gm.graph.nodes if n.op == "call_module"]
+        outs = g.evaluate(self.graph_inputs(*args))
+        got = []
+        for a in next(n for n in self.program.gm.graph.nodes if n.op == "output").args[0]:
+            if a is call:
+                idx = 0
+            elif getattr(a, "target", None) is operator.getitem and a.args[0] is call:
+                idx = a.args[1]
+            else:
+                raise ValueError(f"output {a} is not computed by the kn graph")
+            m = seg.out_map[idx]
+            if m[0] != "out":
+                raise ValueError(f"output {a} is not computed by the kn graph ({m[0]})")
+            got.append(outs[m[1]])
+        return got
+
     def report(self) -> str:
         lines = []
         ng = len(self.graphs)
@@ -320,10 +343,10 @@ def fold_state_layout(graph: KNGraph, bindings: list, arg_map: list):
 
 # -- fp16 -> fp32 -> op -> fp16 sandwiches --------------------------------------------------
 
-# ops an upcast region may hold (element-wise, reductions, views; no matmuls: their
-# accumulation precision is a separate question)
-_ELIDABLE = SUPPORTED - {"aten.mm.default", "aten.bmm.default", "aten.addmm.default", "aten.matmul.default",
-                         "aten._to_copy.default", "aten.cat.default"}
+# ops an upcast region may hold: element-wise ops, reductions, views, and matmuls (the
+# decomposition of a half `nn.Linear` with bias upcasts its operands around `mm`; a kn
+# matmul at half accumulates at f32 and rounds its result once)
+_ELIDABLE = SUPPORTED - {"aten._to_copy.default", "aten.cat.default"}
 _CASTS = ("prims.convert_element_type.default", "aten._to_copy.default")
 
 
@@ -344,9 +367,10 @@ def _cast_dtypes(node):
 def find_upcast_sandwiches(gm) -> list:
     """Regions `half -> float32 -> ops -> half` of an ATen graph: each a dict with the
     upcast nodes (`ups`), the float32 ops (`ops`), the downcasts (`downs`) and the half
-    dtype. A region qualifies when every op in it is in `_ELIDABLE`, every tensor operand
-    of its ops is in the region or an upcast from the same half type, and every use of
-    its values is in the region or a downcast back to that type."""
+    dtype. A region is the connected set of float32 ops reached from an upcast through
+    uses and operands; it qualifies when every op in it is in `_ELIDABLE`, every tensor
+    operand of its ops is in the region or an upcast from the same half type, and every
+    use of its values is in the region or a downcast back to that type."""
     import torch
 
     half = (torch.float16, torch.bfloat16)
@@ -360,11 +384,13 @@ def find_upcast_sandwiches(gm) -> list:
         work = [start]
         while work and ok:
             n = work.pop()
-            for u in list(n.users):
+            # an op's operands too: a bias upcast meets the matmul of two other upcasts at an add
+            near = list(n.users) + (n.all_input_nodes if n in ops else [])
+            for u in near:
                 if u in ups or u in ops or u in downs:
                     continue
                 ud = _cast_dtypes(u)
-                if ud == (torch.float32, low):
+                if ud == (torch.float32, low) and u in n.users:
                     downs.add(u)
                     continue
                 if ud == (low, torch.float32):
@@ -378,13 +404,6 @@ def find_upcast_sandwiches(gm) -> list:
                     break
                 ops.add(u)
                 work.append(u)
-                for a in u.all_input_nodes:  # upcasts of `low` among its operands join the region
-                    if a not in ups and _cast_dtypes(a) == (low, torch.float32):
-                        ups.add(a)
-                        work.append(a)
-        # every operand of a region op is an upcast or a region op (one found later in the
-        # walk, as rsqrt(mean(x²)) in x * rsqrt(mean(x²)), counts)
-        ok = ok and all(a in ups or a in ops for u in ops for a in u.all_input_nodes)
         seen |= ups
         if ok and ops and downs:
             regions.append({"ups": ups, "ops": ops, "downs": downs, "dtype": low})

@@ -1,0 +1,102 @@
+"""`transformers` decoder layers at a decode step, for the examples, tests and benchmarks.
+
+`decode_step(family, dims, batch, context, dtype)` builds one decoder layer of a model
+family ("llama", "qwen2", "mistral") from `transformers` with random weights, in eval mode,
+and returns `(step, inputs)`: `step(hidden, cos, sin, past_k, past_v)` runs the layer on one
+new token per sequence with a KV cache of `context` positions (a `DynamicCache` filled with
+`past_k`, `past_v`) and returns `(out, keys, values)`, the layer's output and the updated
+cache. `cos`/`sin` are the rotary embeddings of the new position (computed by the model's
+rotary module, outside the layer, as in the model). Attention is `transformers`' "eager"
+implementation (see docs/torch.md: its "sdpa" one decomposes into ops kn does not take).
+"""
+from __future__ import annotations
+
+import torch
+
+LLAMA3_8B = dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                 intermediate_size=14336)
+QWEN2_7B = dict(hidden_size=3584, num_attention_heads=28, num_key_value_heads=4, head_dim=128,
+                intermediate_size=18944)
+SMALL = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128)
+
+
+def _family(name: str):
+    if name == "llama":
+        from transformers import LlamaConfig as C
+        from transformers.models.llama import modeling_llama as M
+        return C, M.LlamaDecoderLayer, M.LlamaRotaryEmbedding, M.LlamaRMSNorm, M.LlamaMLP
+    if name == "qwen2":
+        from transformers import Qwen2Config as C
+        from transformers.models.qwen2 import modeling_qwen2 as M
+        return C, M.Qwen2DecoderLayer, M.Qwen2RotaryEmbedding, M.Qwen2RMSNorm, M.Qwen2MLP
+    if name == "mistral":
+        from transformers import MistralConfig as C
+        from transformers.models.mistral import modeling_mistral as M
+        return C, M.MistralDecoderLayer, M.MistralRotaryEmbedding, M.MistralRMSNorm, M.MistralMLP
+    raise ValueError(f"unknown model family {name!r} (llama, qwen2, mistral)")
+
+
+def config(family: str, dims: dict):
+    C = _family(family)[0]
+    cfg = C(num_hidden_layers=1, **dims)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+class DecodeStep(torch.nn.Module):
+    """One decoder layer at a decode step with an explicit KV cache (see the module doc)."""
+
+    def __init__(self, layer, cfg):
+        super().__init__()
+        self.layer = layer
+        self.cfg = cfg
+
+    def forward(self, hidden, cos, sin, past_k, past_v):
+        from transformers.cache_utils import DynamicCache
+
+        cache = DynamicCache(config=self.cfg)
+        cache.update(past_k, past_v, 0)
+        out = self.layer(hidden, position_embeddings=(cos, sin), past_key_values=cache, use_cache=True)
+        return out, cache.layers[0].keys, cache.layers[0].values
+
+
+def layer(family: str, dims: dict, dtype=torch.float32, seed: int = 0):
+    """A decoder layer with random weights (normal, std 0.02 as transformers' init), eval mode."""
+    cfg = config(family, dims)
+    torch.manual_seed(seed)
+    lay = _family(family)[1](cfg, 0)
+    with torch.no_grad():
+        for p in lay.parameters():
+            p.normal_(0.0, 0.02) if p.dim() > 1 else p.uniform_(0.5, 1.5)
+    return lay.eval().to(dtype), cfg
+
+
+def decode_inputs(family: str, cfg, batch: int, context: int, dtype=torch.float32, seed: int = 1):
+    """(hidden, cos, sin, past_k, past_v) for one new token after `context` cached ones."""
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(batch, 1, cfg.hidden_size, generator=g).to(dtype)
+    rot = _family(family)[2](cfg)
+    cos, sin = rot(hidden, torch.full((batch, 1), context))
+    kv = (batch, cfg.num_key_value_heads, context, cfg.head_dim)
+    past_k = torch.randn(*kv, generator=g).to(dtype)
+    past_v = torch.randn(*kv, generator=g).to(dtype)
+    return [hidden, cos.to(dtype), sin.to(dtype), past_k, past_v]
+
+
+def decode_step(family: str, dims: dict, batch: int, context: int, dtype=torch.float32, seed: int = 0):
+    lay, cfg = layer(family, dims, dtype, seed)
+    return DecodeStep(lay, cfg).eval(), decode_inputs(family, cfg, batch, context, dtype, seed + 1)
+
+
+def norm_and_mlp(family: str, dims: dict, dtype=torch.float32, seed: int = 0):
+    """The family's RMSNorm and MLP modules, random weights, eval mode."""
+    _, _, _, Norm, MLP = _family(family)
+    cfg = config(family, dims)
+    torch.manual_seed(seed)
+    norm = Norm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+    mlp = MLP(cfg)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        for p in mlp.parameters():
+            p.normal_(0.0, 0.02)
+    return norm.eval().to(dtype), mlp.eval().to(dtype)
