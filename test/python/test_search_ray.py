@@ -179,3 +179,14 @@ def test_bad_executor_is_a_diagnostic():
                           "--mirage-superoptimize=executor=spark"], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert "executor" in out.stderr and "expected one of local, ray, got 'spark'" in out.stderr
+
+
+def test_an_address_without_a_cluster_is_a_diagnostic():
+    env = dict(os.environ, MIRAGE_RAY_ADDRESS="127.0.0.1:1")  # nothing listens on port 1
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "mirage.tools.mirage_opt", str(ROOT / "examples" / "gqa.mlir"),
+                          "--mirage-superoptimize=executor=ray cache-dir=none"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert time.monotonic() - t0 < 30  # Ray itself would retry for minutes
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert "MIRAGE_RAY_ADDRESS=127.0.0.1:1: no Ray cluster answers there" in out.stderr

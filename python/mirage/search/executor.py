@@ -26,6 +26,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import socket
 import time
 import uuid
 
@@ -102,8 +103,23 @@ def _ray():
         raise ImportError("executor='ray' needs Ray, which is not installed: pip install 'mirage[ray]' "
                           "(or pip install ray)") from None
     if not ray.is_initialized():
-        ray.init(address=os.environ.get(ADDRESS_VARIABLE) or None, include_dashboard=False, log_to_driver=False)
+        address = os.environ.get(ADDRESS_VARIABLE) or None
+        if address is not None:
+            _check_reachable(address)
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
     return ray
+
+
+def _check_reachable(address: str) -> None:
+    """A `host:port` nobody answers at is an error now: Ray would retry for minutes."""
+    host, sep, port = address.rpartition(":")
+    if "://" in address or not sep or not port.isdigit():  # "auto", "ray://...": Ray's to resolve
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as e:
+        raise ConnectionError(f"{ADDRESS_VARIABLE}={address}: no Ray cluster answers there ({e.strerror or e}); "
+                              f"start one (ray start --head) or correct the address") from None
 
 
 _remote: dict = {}  # per driver process: the remote function and the stop-flag actor
@@ -149,7 +165,7 @@ class RayPool:
         return _RayUnordered(self, fn, list(args))
 
     def imap(self, fn, args):
-        return _RayOrdered(self, [self._submit(fn, a) for a in args])
+        return _RayOrdered(self, fn, list(args))
 
     def stop(self) -> None:
         self._stopped = True
@@ -194,8 +210,16 @@ class _RayUnordered:
 
 
 class _RayOrdered:
-    def __init__(self, pool: RayPool, refs: list):
-        self._pool, self._refs = pool, refs
+    """The results of `fn` over `args` in order, at most `workers` calls in flight."""
+
+    def __init__(self, pool: RayPool, fn, args: list):
+        self._pool, self._fn, self._args = pool, fn, args
+        self._refs: list = []
+        self._fill()
+
+    def _fill(self):
+        while self._args and len(self._refs) < self._pool.workers:
+            self._refs.append(self._pool._submit(self._fn, self._args.pop(0)))
 
     def next(self, timeout: float | None = None):
         from ray.exceptions import GetTimeoutError
@@ -205,6 +229,7 @@ class _RayOrdered:
         except GetTimeoutError:
             raise TimeoutError from None
         self._refs.pop(0)
+        self._fill()
         return out
 
 

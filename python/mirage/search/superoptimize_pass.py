@@ -148,7 +148,8 @@ class SuperoptimizePass(Pass):
                 res = superoptimize(g, o["preset"] or "auto", o["verbose"], cache_dir=cache_dir,
                                     time_limit=share, seed=o["seed"], workers=o["workers"], executor=o["executor"],
                                     top_k=max(top_k, 3), **kw)
-            except (ValueError, ImportError) as e:  # a diagnostic (bad preset or limits, a rule, no Ray), not a traceback
+            except (ValueError, ImportError, ConnectionError) as e:  # a diagnostic (bad preset or limits, a rule,
+                # no Ray, no cluster at MIRAGE_RAY_ADDRESS), not a traceback
                 diagnostics.error(f, f"mirage-superoptimize: @{g.name}: {e}")
                 raise PassFailure() from None
             name = g.name
