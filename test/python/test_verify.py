@@ -189,6 +189,8 @@ def test_attention_full_size_bound(name):
     assert res.equivalent and res.bound_met and res.error_bound <= 1e-9 and res.model == "random", res.summary()
     assert res.bound_details["atoms"]["exp"] == 2 * 2 * 4096
     assert res.bound_details["omega"]["note"].startswith("Theorem 2 is vacuous")
+    # the bound is model 2's: one ω^x trial (not vacuous_trials) before its trials
+    assert res.trials - res.random_trials == 1 and res.random_trials >= 1
 
 
 def _softmax_pair(online: bool, shift_by_max: bool = False):

@@ -14,7 +14,8 @@ Procedure
    and the trials needed for a failure probability δ are ceil(ln δ / ln eps)
    (Theorem 3). Trials are capped (`max_trials`); when the bound is vacuous (eps ≥ 1,
    e.g. attention over thousands of keys: k grows with the sequence length) the check
-   still runs `vacuous_trials` trials, reports `bound_met=False` and says so.
+   still runs `vacuous_trials` trials (one where the random-function model below will
+   give the bound), reports `bound_met=False` and says so.
    When that bound does not reach δ, the random-function model runs next (exp, sqrt and
    the non-Lax ops as keyed random functions over Z_p x Z_p2; `random_model_bound`,
    docs/verify.md "Model 2") and gives the bound; a pair that passes ω^x but not this model
@@ -252,6 +253,8 @@ def check_equivalence(reference: KNGraph, candidate: KNGraph, delta: float = 1e-
     res.per_trial_bound, res.bound_details = eps, detail
     need = trials_for(eps, delta)
     n_trials = vacuous_trials if need is None else min(need, max_trials)
+    if need is None and random_model and _random_model_bounds(reference, candidate, p, delta):
+        n_trials = 1  # the random-function model gives the bound; one ω^x trial gates its exp/sqrt identities
     track_q = ra.uses_exp or ca.uses_exp
     rng = np.random.default_rng(seed)
 
@@ -386,12 +389,20 @@ def _trials(reference, candidate, n_trials, make_arith, both: bool, res, max_res
     return None, ""
 
 
+def _random_primes(p: int) -> tuple[int, int]:
+    return p, next(pp for pp, _ in safe_primes(4) if pp != p)
+
+
+def _random_model_bounds(reference, candidate, p: int, delta: float) -> bool:
+    """Whether the random-function model reaches `delta` for this pair (analysis only)."""
+    eps, _ = random_model_bound(analyze(reference, "random"), analyze(candidate, "random"), *_random_primes(p))
+    return trials_for(eps, delta) is not None
+
+
 def _random_model(reference, candidate, delta, rng, res, max_trials, max_resamples, progress):
     """The random-function model after an ω^x test whose bound is not met (see
     `random_model_bound`); updates `res`."""
-    p = res.primes[0]
-    p2 = next(pp for pp, _ in safe_primes(4) if pp != p)
-    res.random_primes = (p, p2)
+    p, p2 = res.random_primes = _random_primes(res.primes[0])
     rr, rc = analyze(reference, "random"), analyze(candidate, "random")
     eps, det = random_model_bound(rr, rc, p, p2)
     omega_note = res.bound_details.get("note", f"ω^x bound {res.error_bound:.3g} > delta")

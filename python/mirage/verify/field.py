@@ -199,20 +199,23 @@ def _fmod_exact(r: np.ndarray, m: int) -> np.ndarray:
 
 
 def _mm_limbs(small: np.ndarray, big: np.ndarray, m: int, small_left: bool) -> np.ndarray:
+    """(small @ big) or (big @ small) mod m, `big` already float64: the limbs of `small`
+    stacked into one operand, so the one float64 matmul reads `big` once (a GEMV-shaped
+    pair: the 4096 x 4096 weight read once instead of once per limb), then Horner from the
+    top limb."""
     k = big.shape[-2] if small_left else big.shape[-1]
     w = min(16, 53 - 31 - max(1, (k - 1).bit_length()))
     mask = (1 << w) - 1
-    acc = None
-    for i in reversed(range(-(-31 // w))):  # Horner from the top limb
-        limb = ((small >> (w * i)) & mask).astype(np.float64) if i else (small & mask).astype(np.float64)
-        r = np.matmul(limb, big) if small_left else np.matmul(big, limb)
-        _fmod_exact(r, m)
-        if acc is None:
-            acc = r
-        else:  # acc·2^w + r < 2^47 + 2^31: exact
-            acc *= float(1 << w)
-            acc += r
-            _fmod_exact(acc, m)
+    n = -(-31 // w)
+    axis = -2 if small_left else -1
+    limbs = np.concatenate([((small >> (w * i)) & mask).astype(np.float64) for i in range(n)], axis=axis)
+    r = _fmod_exact(np.matmul(limbs, big) if small_left else np.matmul(big, limbs), m)
+    parts = np.split(r, n, axis=axis)
+    acc = parts[-1]
+    for i in reversed(range(n - 1)):  # acc·2^w + r < 2^47 + 2^31: exact
+        acc *= float(1 << w)
+        acc += parts[i]
+        _fmod_exact(acc, m)
     return acc.astype(np.int64)
 
 
