@@ -16,6 +16,8 @@ See docs/torch.md.
 from __future__ import annotations
 
 import importlib
+import sys
+import time
 import warnings
 from typing import Any, Sequence
 
@@ -36,43 +38,64 @@ def _optional(name: str):
         raise
 
 
+def _say(on: bool, msg: str) -> None:
+    if on:
+        print(f"[mirage] {msg}", file=sys.stderr, flush=True)
+
+
 def _attach_kernels(result: ImportResult, search_options: dict) -> list[str]:
     """Superoptimize each kn segment, compile it ahead of time to a kernel bundle for
     `target` (default sm_90; works without a GPU) and, where CUDA is available, attach a
-    callable running it. Options besides the search's: `target`, `search` (False: skip
-    the search), `compile` (False: no bundles). Returns one line per step and segment."""
+    callable running it. Segments that are the same program (identical layers: weights
+    are inputs, so their graphs are equal) are searched and compiled once. Options
+    besides the search's: `target`, `search` (False: skip the search), `compile` (False:
+    no bundles), `progress` (True: one line per step on stderr, and the search's own
+    progress display unless `verbose` is given). Returns one line per step and segment."""
     opts = dict(search_options)
     target = opts.pop("target", "sm_90")
     do_search = opts.pop("search", True)
     do_compile = opts.pop("compile", True)
+    progress = opts.pop("progress", True)
+    opts.setdefault("verbose", progress)
     notes = []
     search = _optional("mirage.search") if do_search else None
     lower = _optional("mirage.lower") if do_compile else None
-    for name, seg in result.program.segments.items():
+    done: dict = {}  # program hash -> (name, optimized graph, bundle or None)
+    segs = list(result.program.segments.values())
+    for k, seg in enumerate(segs):
         g = seg.graph
+        key = g.get_owner_independent_hash()
+        if key in done:
+            first, seg.optimized, cg = done[key]
+            notes.append(f"{g.name}: the same program as {first}: its search and kernels reused")
+            _say(progress, notes[-1])
+            if cg is not None:
+                seg.bundle = cg
+                if torch.cuda.is_available():
+                    seg.kernel = lambda ins, cg=cg: cg(*ins)
+            continue
         best = g
-        if hasattr(g, "superoptimize"):
-            fn = g.superoptimize  # bound: takes the options only
-        elif getattr(search, "superoptimize", None) is not None:
-            fn = lambda _f=search.superoptimize, **kw: _f(g, **kw)  # noqa: E731
-        else:
-            fn = None
         if not do_search:
             notes.append(f"{g.name}: search skipped (search=False); kept the imported graph")
-        elif fn is None or search is None:
+        elif search is None:
             notes.append(f"{g.name}: search not available; kept the imported graph")
         else:
+            _say(progress, f"segment {k + 1}/{len(segs)} @{g.name} ({len(g.ops)} kn ops): searching")
+            t0 = time.monotonic()
             try:
-                out = fn(**opts)
-                best = out[0] if isinstance(out, (list, tuple)) else out
-                best = getattr(best, "best", best)  # a SearchResult
-                notes.append(f"{g.name}: superoptimized")
+                best = g.superoptimize(**opts)
+                cached = bool(getattr(getattr(best, "search", None), "from_cache", False))
+                notes.append(f"{g.name}: superoptimized in {time.monotonic() - t0:.1f} s"
+                             + (" (from the search cache)" if cached else ""))
             except Exception as e:  # the search is young: never fail the user's model on it
                 notes.append(f"{g.name}: search failed ({type(e).__name__}: {e}); kept the imported graph")
+        _say(progress and do_search, notes[-1])
         seg.optimized = best
+        done[key] = (g.name, best, None)
         if lower is None or not hasattr(lower, "compile"):
             notes.append(f"{g.name}: no code generation here (compile=False or mirage.lower missing); runs in PyTorch")
             continue
+        t0 = time.monotonic()
         try:
             cg = lower.compile(best, target)  # cached by graph hash + target
             ins = [list(t["shape"]) for t in cg.lowered.inputs]
@@ -80,9 +103,13 @@ def _attach_kernels(result: ImportResult, search_options: dict) -> list[str]:
                 raise ValueError(f"the bundle's inputs {ins} are not the segment's")
         except Exception as e:
             notes.append(f"{g.name}: code generation failed ({type(e).__name__}: {e}); runs in PyTorch")
+            _say(progress, notes[-1])
             continue
         seg.bundle = cg
-        notes.append(f"{g.name}: compiled for {target}: {len(cg.lowered.kernels)} kernel(s) ({cg.path})")
+        done[key] = (g.name, best, cg)
+        notes.append(f"{g.name}: compiled for {target} in {time.monotonic() - t0:.1f} s: "
+                     f"{len(cg.lowered.kernels)} kernel(s) ({cg.path})")
+        _say(progress, notes[-1])
         if torch.cuda.is_available():
             seg.kernel = lambda ins, cg=cg: cg(*ins)  # the runtime kernel is loaded once, on first call
             notes.append(f"{g.name}: kernels attached")

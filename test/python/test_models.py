@@ -1,0 +1,194 @@
+"""`transformers` modules as they are through the PyTorch front end (issue 15).
+
+Modules: the RMSNorm, MLP and decoder layer of LLaMA and Qwen2 (Qwen2: biases on q/k/v),
+with a small config (hidden 64, 4 heads, 2 KV heads, head dim 16), random weights, eval
+mode; the decoder layer at a decode step (one new token, grouped-query attention over a KV
+cache of 8 positions, rotary embeddings, residuals; `examples/transformers_layers.py`).
+
+Checks:
+- import: each module is one kn graph, nothing left to PyTorch; evaluated by the reference
+  interpreter in float64 on fresh inputs, it matches the module run in float64 on the same
+  values (rtol = atol = 1e-5 after scaling by the output's magnitude: what is left are
+  TOSA's constants stored in the model's type, eps and 1/n, and the module's own float32
+  casts). Half-precision modules are imported with `allow_fp32_upcast_elision=True` (kn
+  has no cast), which changes rounding, not the real-number function: the same check holds.
+- `torch.compile(backend="mirage")` captures each module as one graph and one kn segment;
+  on CPU its outputs (and the updated KV cache) are eager PyTorch's, bit for bit.
+- `mt.superoptimize`: the returned module runs the original on CPU, bit for bit; the
+  search result of a segment is cached: a second call (new import, same program) takes it
+  from the cache; identical segments in one model are searched once.
+"""
+import copy
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_mlir")
+pytest.importorskip("transformers")
+
+import mirage.torch as mt  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+import transformers_layers as TL  # noqa: E402
+
+TOL = 1e-5
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+HALF = {"f16", "bf16"}
+
+
+def _modules(family, dt, seed=0):
+    """name -> (module, inputs(seed) -> list of tensors)."""
+    dtype = DTYPES[dt]
+    norm, mlp = TL.norm_and_mlp(family, TL.SMALL, dtype, seed)
+    step, _ = TL.decode_step(family, TL.SMALL, 2, 8, dtype, seed)
+
+    def x(s):
+        return [torch.randn(2, 1, TL.SMALL["hidden_size"], generator=torch.Generator().manual_seed(s)).to(dtype)]
+
+    return {"rmsnorm": (norm, x), "mlp": (mlp, x),
+            "decoder_layer": (step, lambda s: TL.decode_inputs(family, step.cfg, 2, 8, dtype, s))}
+
+
+CASES = [(f, dt, m) for f in ("llama", "qwen2") for dt in ("f16", "bf16") for m in ("rmsnorm", "mlp", "decoder_layer")]
+CASES += [("llama", "f32", "decoder_layer"), ("qwen2", "f32", "decoder_layer")]
+
+
+@pytest.mark.parametrize("family,dt,name", CASES)
+def test_module_imports_as_one_kn_graph_equal_to_the_module(family, dt, name):
+    m, inputs = _modules(family, dt)[name]
+    res = mt.import_module(m, inputs(1), allow_fp32_upcast_elision=dt in HALF)
+    assert res.fully_converted and not res.offloaded, res.report()
+    assert {b.name for b in res.bindings if b.kind == "parameter"} == {n for n, _ in m.named_parameters()}
+    assert all(t.dtype.mlir == {"f32": "f32", "f16": "f16", "bf16": "bf16"}[dt] for t in res.graph.inputs)
+    m64 = copy.deepcopy(m).double()
+    for seed in (2, 3):  # fresh inputs, not the example ones
+        xs = inputs(seed)
+        want = m64(*[x.double() for x in xs])
+        want = list(want) if isinstance(want, tuple) else [want]
+        got = res.evaluate(*xs)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            w = w.detach().numpy()
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=TOL, atol=TOL * max(1.0, float(np.abs(w).max())))
+
+
+def test_decoder_layer_is_taken_whole():
+    """RoPE's slices and concatenations, the KV-cache concatenation, repeat_kv's views and
+    the no-op metadata checks are in the one kn graph; nothing cuts the layer."""
+    m, inputs = _modules("llama", "f16")["decoder_layer"]
+    res = mt.import_module(m, inputs(1), allow_fp32_upcast_elision=True)
+    rep = res.report()
+    assert "_assert_tensor_metadata check(s) removed" in rep and "empty operand(s) of cat removed" in rep
+    assert "slice -> matmul by a 0/1 selection matrix" in rep
+    assert "cast(half matmul accumulated at f32) -> half matmul" in rep
+    kinds = [op.kind for op in res.graph.ops]
+    assert kinds.count("concat") == 4  # rotate_half of q and k, the K and V cache updates
+    assert {"repeat", "silu", "exp", "reduce_max", "rsqrt"} <= set(kinds)
+    # the two 0/1 selection matrices of rotate_half (one per half) are constant inputs
+    consts = [b for b in res.bindings if b.kind == "constant"]
+    assert len(consts) == 2 and sorted(float(np.asarray(b.value).sum()) for b in consts) == [8.0, 8.0]
+    # without the opt-in, the float32 casts of RMSNorm, SiLU and softmax stay in PyTorch, with the reason
+    exact = mt.import_module(m, inputs(1))
+    casts = [o for o in exact.offloaded if "convert_element_type" in o.op]
+    assert casts and all("allow_fp32_upcast_elision=True" in o.reason for o in casts)
+
+
+@pytest.fixture
+def backend_options(monkeypatch):
+    import torch._dynamo
+
+    monkeypatch.setitem(mt.BACKEND_OPTIONS, "search", False)
+    monkeypatch.setitem(mt.BACKEND_OPTIONS, "compile", False)
+    monkeypatch.setitem(mt.BACKEND_OPTIONS, "allow_fp32_upcast_elision", True)
+    torch._dynamo.reset()
+    mt.compile_reports(clear=True)
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("family,dt", [("llama", "f16"), ("qwen2", "bf16")])
+def test_torch_compile_backend_on_transformers_modules(backend_options, family, dt):
+    mods = _modules(family, dt)
+    for name in ("rmsnorm", "mlp"):
+        m, inputs = mods[name]
+        c = torch.compile(m, backend="mirage")
+        for seed in (1, 2):
+            (x,) = inputs(seed)
+            with torch.no_grad():
+                assert torch.equal(c(x), m(x)), name
+    # the decoder layer as a model calls it: position embeddings and a DynamicCache
+    step, inputs = mods["decoder_layer"]
+    layer, cfg = step.layer, step.cfg
+    c = torch.compile(layer, backend="mirage")
+    from transformers.cache_utils import DynamicCache
+
+    for seed in (1, 2):
+        h, cos, sin, k, v = inputs(seed)
+        caches = []
+        for fn in (c, layer):
+            cache = DynamicCache(config=cfg)
+            cache.update(k.clone(), v.clone(), 0)
+            with torch.no_grad():
+                out = fn(h, position_embeddings=(cos, sin), past_key_values=cache, use_cache=True)
+            caches.append((out, cache.layers[0].keys, cache.layers[0].values))
+        (o1, k1, v1), (o2, k2, v2) = caches
+        assert torch.equal(o1, o2) and torch.equal(k1, k2) and torch.equal(v1, v2)
+        assert k1.shape[2] == 9  # the new token was appended
+    reps = mt.compile_reports()
+    # one captured graph per module (no graph break), each one kn segment, nothing left to PyTorch
+    assert len(reps) == 3, [r.report() for r in reps]
+    for r in reps:
+        assert r.fully_converted, r.report()
+
+
+def test_superoptimize_runs_the_module_on_cpu():
+    step, inputs = _modules("qwen2", "f16")["decoder_layer"]
+    opt = mt.superoptimize(step, inputs(1), search=False, compile=False, allow_fp32_upcast_elision=True,
+                           progress=False)
+    assert opt.result.fully_converted, opt.report
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in (1, 2):
+            xs = inputs(seed)
+            for a, b in zip(opt(*xs), step(*xs)):
+                assert torch.equal(a, b)
+
+
+def test_second_compile_comes_from_the_search_cache(tmp_path, capsys):
+    norm, inputs = _modules("llama", "f16")["rmsnorm"]
+    opts = dict(allow_fp32_upcast_elision=True, cache_dir=str(tmp_path), time_limit=20, compile=False)
+    first = mt.superoptimize(norm, inputs(1), **opts)
+    assert any("superoptimized" in n and "from the search cache" not in n for n in first.notes), first.report
+    assert "[mirage] segment 1/1" in capsys.readouterr().err  # progress on stderr
+    again = mt.superoptimize(copy.deepcopy(norm), inputs(2), **opts)  # a new import of the same program
+    assert any("from the search cache" in n for n in again.notes), again.report
+    seg1, seg2 = (list(o.result.program.segments.values())[0] for o in (first, again))
+    assert seg1.optimized.to_mlir() == seg2.optimized.to_mlir()
+
+
+class _TwoLayers(torch.nn.Module):
+    """Two identical MLP layers with a PyTorch-only op between them (so they are two segments)."""
+
+    def __init__(self, a, b):
+        super().__init__()
+        self.a, self.b = a, b
+
+    def forward(self, x):
+        return self.b(torch.abs(self.a(x)))
+
+
+def test_identical_segments_are_searched_once(tmp_path):
+    _, mlp_a = TL.norm_and_mlp("llama", TL.SMALL, torch.float32, seed=0)
+    _, mlp_b = TL.norm_and_mlp("llama", TL.SMALL, torch.float32, seed=1)  # other weights, same program
+    m = _TwoLayers(mlp_a, mlp_b)
+    opt = mt.superoptimize(m, [torch.randn(2, 64)], cache_dir=str(tmp_path), time_limit=20, compile=False,
+                           progress=False)
+    assert len(opt.result.graphs) == 2, opt.report
+    searched = [n for n in opt.notes if "superoptimized" in n]
+    reused = [n for n in opt.notes if "the same program as" in n]
+    assert len(searched) == 1 and len(reused) == 1, opt.notes
