@@ -420,7 +420,36 @@ class _Builder:
                 return "nonzero zero point"
         # a half matmul whose TOSA result is f32 (torch-mlir accumulates at f32, then casts
         # back): the kn node is the half matmul, its TOSA value an accumulator (`_is_accumulator`)
-        return self.kn("matmul", [a, b], op)
+        return self._grouped_matmul(a, b, op) or self.kn("matmul", [a, b], op)
+
+    def _grouped_matmul(self, a: Node, b: Node, src) -> Node | None:
+        """Grouped-query attention without the KV copies. `repeat_kv` (transformers)
+        repeats each of `kv` heads `r` times; the batched matmul then multiplies query head
+        `g*r + j` by copy j of KV head g. With `b` = reshape([transpose](reshape(repeat(X))))
+        of that form (X: [n, kv, 1, s, d], repeats (1, 1, r, 1, 1), batch n*kv*r), the
+        same product is `a` regrouped as [n*kv, r*L, k] times X as [n*kv, s, d] (transposed
+        when `b` was), reshaped back: no repeat, each KV head read once."""
+        if b.kind != "reshape" or len(b.shape) != 3 or len(a.shape) != 3:
+            return None
+        x, swap = b.ins[0], False
+        if x.kind == "transpose" and tuple(x.attrs["permutation"]) == (0, 1, 3, 2):
+            x, swap = x.ins[0], True
+        if x.kind == "reshape" and len(x.shape) == 4:
+            x = x.ins[0]
+        if x.kind != "repeat" or len(x.shape) != 5:
+            return None
+        src, reps = x.ins[0], tuple(x.attrs["repeats"])
+        n, kv, one, s_, d = src.shape
+        r = reps[2]
+        if one != 1 or reps != (1, 1, r, 1, 1) or b.shape != (n * kv * r,) + ((d, s_) if swap else (s_, d)):
+            return None
+        ell, k = a.shape[1], a.shape[2]
+        kvs = self.reshape(src, (n * kv, s_, d), src)
+        if swap:
+            kvs = self.kn("transpose", [kvs], src, permutation=(0, 2, 1))
+        prod = self.kn("matmul", [self.reshape(a, (n * kv, r * ell, k), src), kvs], src)
+        self.rewrites.append("matmul by repeat_kv's copies -> grouped matmul (each KV head read once)")
+        return self.reshape(prod, (n * kv * r, ell, prod.shape[-1]), src)
 
     def _reduce(kind):
         def h(self, op, ins, shape, dt):
