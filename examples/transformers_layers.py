@@ -11,6 +11,7 @@ implementation (see docs/torch.md: its "sdpa" one decomposes into ops kn does no
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 LLAMA3_8B = dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
@@ -52,34 +53,60 @@ class DecodeStep(torch.nn.Module):
         self.cfg = cfg
 
     def forward(self, hidden, cos, sin, past_k, past_v):
-        from transformers.cache_utils import DynamicCache
-
-        cache = DynamicCache(config=self.cfg)
-        cache.update(past_k, past_v, 0)
+        cache = new_cache(self.cfg, past_k, past_v)
         out = self.layer(hidden, position_embeddings=(cos, sin), past_key_values=cache, use_cache=True)
-        return out, cache.layers[0].keys, cache.layers[0].values
+        return (out,) + cache_tensors(cache)
+
+
+def new_cache(cfg, keys, values):
+    """A `DynamicCache` holding `keys`, `values` for layer 0."""
+    from transformers.cache_utils import DynamicCache
+
+    try:
+        cache = DynamicCache(config=cfg)
+    except TypeError:  # transformers 4.x
+        cache = DynamicCache()
+    cache.update(keys, values, 0)
+    return cache
+
+
+def cache_tensors(cache):
+    """Layer 0's (keys, values) of a `DynamicCache` (transformers 5.x or 4.x)."""
+    if hasattr(cache, "layers"):
+        return cache.layers[0].keys, cache.layers[0].values
+    return cache.key_cache[0], cache.value_cache[0]
+
+
+def _randn(rng, shape, std=1.0):
+    # numpy's generator: the same values on every machine and torch version (the GPU
+    # benchmark rebuilds the weights from the seed)
+    return torch.from_numpy(rng.standard_normal(shape, dtype=np.float32) * np.float32(std))
 
 
 def layer(family: str, dims: dict, dtype=torch.float32, seed: int = 0):
-    """A decoder layer with random weights (normal, std 0.02 as transformers' init), eval mode."""
+    """A decoder layer with random weights, eval mode: matrices and biases normal with std
+    0.02 (transformers' init), norm gains uniform in [0.5, 1.5]."""
     cfg = config(family, dims)
-    torch.manual_seed(seed)
     lay = _family(family)[1](cfg, 0)
+    rng = np.random.default_rng(seed)
     with torch.no_grad():
-        for p in lay.parameters():
-            p.normal_(0.0, 0.02) if p.dim() > 1 else p.uniform_(0.5, 1.5)
+        for name, p in sorted(lay.named_parameters()):
+            if "norm" in name:
+                p.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, tuple(p.shape)).astype(np.float32)))
+            else:
+                p.copy_(_randn(rng, tuple(p.shape), 0.02))
     return lay.eval().to(dtype), cfg
 
 
 def decode_inputs(family: str, cfg, batch: int, context: int, dtype=torch.float32, seed: int = 1):
     """(hidden, cos, sin, past_k, past_v) for one new token after `context` cached ones."""
-    g = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(batch, 1, cfg.hidden_size, generator=g).to(dtype)
+    rng = np.random.default_rng(seed)
+    hidden = _randn(rng, (batch, 1, cfg.hidden_size)).to(dtype)
     rot = _family(family)[2](cfg)
     cos, sin = rot(hidden, torch.full((batch, 1), context))
     kv = (batch, cfg.num_key_value_heads, context, cfg.head_dim)
-    past_k = torch.randn(*kv, generator=g).to(dtype)
-    past_v = torch.randn(*kv, generator=g).to(dtype)
+    past_k = _randn(rng, kv).to(dtype)
+    past_v = _randn(rng, kv).to(dtype)
     return [hidden, cos.to(dtype), sin.to(dtype), past_k, past_v]
 
 
@@ -92,11 +119,11 @@ def norm_and_mlp(family: str, dims: dict, dtype=torch.float32, seed: int = 0):
     """The family's RMSNorm and MLP modules, random weights, eval mode."""
     _, _, _, Norm, MLP = _family(family)
     cfg = config(family, dims)
-    torch.manual_seed(seed)
     norm = Norm(cfg.hidden_size, eps=cfg.rms_norm_eps)
     mlp = MLP(cfg)
+    rng = np.random.default_rng(seed)
     with torch.no_grad():
-        norm.weight.uniform_(0.5, 1.5)
-        for p in mlp.parameters():
-            p.normal_(0.0, 0.02)
+        norm.weight.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, norm.weight.shape).astype(np.float32)))
+        for _, p in sorted(mlp.named_parameters()):
+            p.copy_(_randn(rng, tuple(p.shape), 0.02))
     return norm.eval().to(dtype), mlp.eval().to(dtype)
