@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from mirage.lift import LiftError, lift_triton
-from mirage.lift.corpus import BUGGED, case
+from mirage.lift.corpus import BUGGED, SIZE_BUGGED, case
 from mirage.lift.symbolic import trace
 from mirage.lift.verify import prove_bounded
 
@@ -68,6 +68,15 @@ def test_every_bugged_kernel_is_caught():
         except LiftError:
             continue
         assert r.formula != c.formula, c.name
+
+
+@pytest.mark.parametrize("c", SIZE_BUGGED, ids=[c.name for c in SIZE_BUGGED])
+def test_size_bug_is_caught_by_the_all_sizes_proof(c):
+    """Right at the launched sizes (a literal equal to the launched size), wrong at others."""
+    r = lift_triton(c.kernel, c.grid, *c.make(np.random.default_rng(0)), **c.constexprs)
+    assert r.formula == c.formula and r.proofs[0].status == "proved"  # fine where it was launched
+    assert r.proofs[2].method == "hoare" and r.proofs[2].status == "refuted", r.report()
+    assert not r.verified and not r.all_sizes and "verified    NO" in r.report()
 
 
 def test_bounded_proof_refutes_a_wrong_graph():

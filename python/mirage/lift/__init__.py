@@ -1,7 +1,7 @@
 """Verified lifting of Triton kernels (after "Verified Lifting of Deep Learning
 Operators"): symbolic evaluation of a `@triton.jit` kernel's Python AST, synthesis of a
-`kn` program, verification (Z3 at the launched sizes; the paper's all-sizes Hoare-logic
-step is not implemented) and egglog simplification to a formula.
+`kn` program, verification (Z3 at the launched sizes; Hoare logic over the launch grid
+for all sizes where its pattern applies) and egglog simplification to a formula.
 
 Needs the optional dependencies `triton` (only for its `@triton.jit` objects; no GPU)
 and `egglog`: `pip install 'mirage[lift]'`.

@@ -375,6 +375,21 @@ def rmsnorm_wrong_count_kernel(x_ptr, w_ptr, out_ptr, stride, n_cols, eps, BLOCK
     tl.store(out_ptr + row * stride + cols, x * rstd * w, mask=mask)
 
 
+@triton.jit
+def add_hardcoded_size_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < 10  # bug: the launched size written as a literal instead of n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def row_mean_hardcoded_kernel(x_ptr, out_ptr, stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride + cols, mask=cols < n_cols, other=0.0)
+    tl.store(out_ptr + row, tl.sum(x, axis=0) / 6)  # bug: the launched row length as a literal
+
+
 # -- launch descriptions -----------------------------------------------------------------------
 
 def _sig(x):
@@ -522,8 +537,16 @@ BUGGED = [
 ]
 
 
+# correct at the launched sizes, wrong at others: only the all-sizes proof catches them
+SIZE_BUGGED = [
+    _ew("add_hardcoded_size", add_hardcoded_size_kernel, lambda x, y: [x + y], 2, "out = x + y"),
+    _rows("row_mean_hardcoded", row_mean_hardcoded_kernel, lambda x: [x.mean(axis=1)], "out = mean(x, 1)",
+          out_shape=(3,), extra_args=(6, 6)),
+]
+
+
 def case(name: str) -> Case:
-    for c in CASES + BUGGED:
+    for c in CASES + BUGGED + SIZE_BUGGED:
         if c.name == name:
             return c
     raise KeyError(name)

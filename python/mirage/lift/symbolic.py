@@ -47,6 +47,7 @@ class Buffer:
     read: np.ndarray
     written: np.ndarray
     store_at: str = ""  # file:line of the last tl.store into it
+    lanes: list = field(default_factory=list)  # (store site, program id, lane index, flat offset) written
 
 
 @dataclass
@@ -556,6 +557,7 @@ class Evaluator:
                                  f"at lane {idx} (a wrong mask or offset?)")
                 buf.mem[o] = val[idx]
                 buf.written[o] = True
+                buf.lanes.append((buf.store_at, self.pid, idx, o))
 
     def mask(self, e, mask, shape):
         if _is_data(mask):

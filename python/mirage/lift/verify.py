@@ -142,8 +142,8 @@ class Proof:
     """One verification obligation and its outcome."""
 
     part: str  # what was proved
-    method: str  # z3 | numeric
-    status: str  # z3: proved | refuted | unknown; numeric: passed | failed
+    method: str  # z3 (launched sizes) | numeric | hoare (all sizes)
+    status: str  # proved | refuted | unknown | not attempted (hoare); numeric: passed | failed
     scope: str  # the sizes it holds for
     seconds: float = 0.0
     detail: str = ""
