@@ -1,11 +1,30 @@
-// RUN: mirage-opt %s --pass-pipeline='builtin.module(convert-mirage-to-gpu)' | FileCheck %s
+// RUN: mirage-opt %s --pass-pipeline='builtin.module(convert-mirage-to-gpu{row-registers=false})' | FileCheck %s
+// RUN: mirage-opt %s --pass-pipeline='builtin.module(convert-mirage-to-gpu)' | FileCheck %s --check-prefix=ROWS
+// RUN: mirage-opt %s --pass-pipeline='builtin.module(convert-mirage-to-gpu,gpu-lower-to-nvvm-pipeline{cubin-format=isa cubin-chip=sm_90 cubin-features=+ptx80 kernel-bare-ptr-calling-convention=true})' | FileCheck %s --check-prefix=ROWSPTX
 // RUN: mirage-opt %s --pass-pipeline='builtin.module(convert-mirage-to-gpu{threads=512})' | FileCheck %s --check-prefix=T512
 // RUN: mirage-opt %s --pass-pipeline='builtin.module(convert-mirage-to-gpu{vectorize=false})' | FileCheck %s --check-prefix=SCALAR
 
-// Tuning options that do not change what the block graph computes. By default the
-// element-wise op moves 16-byte chunks (vector loads and stores of shared memory) and
-// the row reduction of rms_norm reads chunks; `threads` replaces the μGraph's block size
-// (one row shared by 16 warps); `vectorize=false` goes back to one element a thread.
+// Tuning options that do not change what the block graph computes. By default the rows
+// stay in registers (ROWS): each thread loads its 16-byte chunk of both inputs straight
+// from device memory, multiplies, reduces the row (shuffles, then the 4 warps' partials
+// behind the one barrier) and stores its chunk; no shared-memory tile. With
+// `row-registers=false` the element-wise op moves 16-byte chunks of shared-memory tiles
+// and the row reduction of rms_norm reads chunks; `threads` replaces the μGraph's block
+// size (one row shared by 16 warps); `vectorize=false` goes back to one element a thread.
+// ROWS-LABEL: gpu.func @norm_k0
+// ROWS-SAME: known_block_size = array<i32: 128, 1, 1>
+// ROWS: vector.load %arg0[{{.*}}] {alignment = 16 : i64} : memref<8192xf16>, vector<8xf16>
+// ROWS: vector.load %arg1[{{.*}}] {alignment = 16 : i64} : memref<8192xf16>, vector<8xf16>
+// ROWS: gpu.shuffle xor
+// ROWS: gpu.barrier
+// ROWS-NOT: gpu.barrier
+// ROWS: vector.store {{.*}}, %arg2[{{.*}}] {alignment = 16 : i64} : memref<8192xf16>, vector<8xf16>
+// ROWSPTX: ld.global.v4.b32
+// ROWSPTX: ld.global.v4.b32
+// ROWSPTX: shfl.sync.bfly.b32
+// ROWSPTX: bar.sync
+// ROWSPTX-NOT: bar.sync
+// ROWSPTX: st.global.v4.b32
 // CHECK-LABEL: gpu.func @norm_k0
 // CHECK-SAME: known_block_size = array<i32: 128, 1, 1>
 // CHECK: vector.load {{.*}} : memref<{{.*}}xf16, #gpu.address_space<workgroup>>, vector<8xf16>

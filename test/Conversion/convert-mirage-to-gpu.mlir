@@ -1,7 +1,8 @@
-// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1})' | FileCheck %s
-// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1},gpu-lower-to-nvvm-pipeline{cubin-format=isa cubin-chip=sm_90 cubin-features=+ptx80 kernel-bare-ptr-calling-convention=true})' | FileCheck %s --check-prefix=PTX
-// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1 layout=false schedule=false smem-plan=false},gpu-lower-to-nvvm-pipeline{cubin-format=isa cubin-chip=sm_90 cubin-features=+ptx80 kernel-bare-ptr-calling-convention=true})' | FileCheck %s --check-prefix=OFF
+// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1 row-registers=false})' | FileCheck %s
+// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1 row-registers=false},gpu-lower-to-nvvm-pipeline{cubin-format=isa cubin-chip=sm_90 cubin-features=+ptx80 kernel-bare-ptr-calling-convention=true})' | FileCheck %s --check-prefix=PTX
+// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1 layout=false schedule=false smem-plan=false row-registers=false},gpu-lower-to-nvvm-pipeline{cubin-format=isa cubin-chip=sm_90 cubin-features=+ptx80 kernel-bare-ptr-calling-convention=true})' | FileCheck %s --check-prefix=OFF
 // RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1 layout=false})' | FileCheck %s --check-prefix=PAD
+// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1})' | FileCheck %s --check-prefix=ROWS
 
 // A block matmul in a for-loop with a `none` accumulator: the loop-varying inputs
 // are 16-byte cp.async copies into a ring (4 stages, capped by the 4 iterations), the
@@ -59,7 +60,11 @@ module {
 // (copied by all threads; each thread then computes exp of its own elements) and one
 // before the output saver: 2 (the SchedulePlan's count). Without (OFF): barriers after the
 // prologue, after the loads, after the op, at the end of the iteration, after the loop;
-// in the PTX LLVM merges the two back-to-back ones: 4 bar.sync.
+// in the PTX LLVM merges the two back-to-back ones: 4 bar.sync. (These three with the rows
+// in shared memory; by default, ROWS, they stay in registers: no barrier at all.)
+// ROWS-LABEL: gpu.func @expk_k0
+// ROWS-NOT: gpu.barrier
+// ROWS: gpu.return
 // CHECK-LABEL: gpu.func @expk_k0
 // CHECK-COUNT-2: gpu.barrier
 // CHECK-NOT: gpu.barrier

@@ -72,6 +72,8 @@ class ConvertMirageToGPU(Pass):
         Option("smem-plan", parse_bool, True, "shared-memory offsets reuse dead tiles (optimizer's live ranges)"),
         Option("vectorize", parse_bool, True, "element loops and row reductions move 16-byte chunks"),
         Option("threads", int, 0, "threads of every block (0 = the μGraph's block_dim)"),
+        Option("row-registers", parse_bool, True, "row-wise block graphs without a for-loop keep their rows "
+               "in registers (no shared-memory tiles)"),
     )
 
     def run(self, module, **options) -> None:
@@ -80,4 +82,4 @@ class ConvertMirageToGPU(Pass):
                                       fold_combine=options["fold-combine"], evict_first=options["evict-first"],
                                       layout=options["layout"], schedule=options["schedule"],
                                       smem_plan=options["smem-plan"], vectorize=options["vectorize"],
-                                      threads=options["threads"]))
+                                      threads=options["threads"], row_registers=options["row-registers"]))
