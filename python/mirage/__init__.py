@@ -21,6 +21,7 @@ _LAZY = {
     "load_mlir": "mirage.core.mlir_import",
     "check_equivalence": "mirage.verify",
     "from_json": "mirage.core.serialize",
+    "generate_cuda_program": "mirage.cuda_program",
 }
 
 

@@ -9,6 +9,7 @@ from .core.graph import KNGraph
 
 
 _BACKENDS = ("cuda", "triton", "nki")
+TIME_LIMIT_VARIABLE = "MIRAGE_SEARCH_TIME_LIMIT"  # seconds; superoptimize's time_limit where none is passed
 
 
 def superoptimize(self, imaps=None, omaps=None, griddims=None, blockdims=None, fmaps=None, franges=None,
@@ -34,13 +35,20 @@ def superoptimize(self, imaps=None, omaps=None, griddims=None, blockdims=None, f
     `is_formal_verified` says. `blockdims`, `backend` other than "cuda" and
     `use_graph_dataset=True` have no equivalent here and are ignored with one warning
     naming them. Other keywords are `SearchConfig` fields (`time_limit`, `workers`, ...)
-    and `measure` (see `mirage.search.superoptimize`)."""
+    and `measure` (see `mirage.search.superoptimize`); without `time_limit`, the
+    environment variable MIRAGE_SEARCH_TIME_LIMIT (seconds) sets it."""
     import os
     import warnings
 
     from .search import superoptimize as search
 
     self.require_outputs("superoptimize")  # before any search work; the result would be empty
+    cap = os.environ.get(TIME_LIMIT_VARIABLE)
+    if cap and "time_limit" not in kwargs:  # bounds the searches of scripts one cannot edit
+        try:
+            kwargs["time_limit"] = float(cap)
+        except ValueError:
+            raise ValueError(f"{TIME_LIMIT_VARIABLE}={cap!r}: expected a number of seconds") from None
     ignored = []
     if blockdims is not None:
         ignored.append(f"blockdims={blockdims!r} (thread-block sizes are chosen by the lowering and timed among "
@@ -146,11 +154,87 @@ def compile(self, target: str = "sm_90", **kwargs):
     return lower_compile(self, target, **kwargs)
 
 
-def call(self, inputs=None, **kwargs):
-    """Run the μGraph on CUDA tensors from compiled PTX (a clear error without a GPU)."""
-    from .lower import call as run
+_UNUSED_CALL_OPTIONS = {  # Mirage's compile options with no equivalent here, and why
+    "num_warp_groups": "warp specialization is chosen by the lowering",
+    "pipeline_stages": "the lowering picks the for-loop's buffering",
+    "profiling": "no in-kernel profiler here; time launches with CUDA events",
+    "enable_online_softmax": "the μGraph is lowered as written (same values); write the online softmax "
+                             "with tb.reduction_max and forloop_accum_rescale to get it",
+    "file_id": "generated code is not saved by a call; superoptimize(save_codes=...) or g.compile(out_dir=...)",
+    "verbose": "no launch log",
+}
 
-    return run(self, inputs if inputs is not None else kwargs.get("inputs"), **kwargs)
+
+def prepare_call(self, inputs=None, *, outputs=None, stream=None, out=None, target_cc=None, **options):
+    """Check a call's arguments as Mirage's `graph(inputs=..., ...)` takes them, before
+    anything needs a GPU; returns (target, inputs, launch keywords). `outputs` (older
+    Mirage scripts) names the graph's outputs: those marked, or, on a graph with none
+    marked, the tensors to mark. `target_cc` picks the PTX target (default sm_90); the
+    other Mirage options are accepted with one warning naming them."""
+    import warnings
+
+    from .core.graph import GraphError
+
+    unknown = sorted(set(options) - set(_UNUSED_CALL_OPTIONS))
+    if unknown:
+        raise TypeError(f"{self.name}(...): unexpected keyword argument(s) {', '.join(unknown)} (accepted: inputs, "
+                        f"outputs, stream, out, target_cc, {', '.join(_UNUSED_CALL_OPTIONS)})")
+    used = {k: v for k, v in options.items() if v not in (None, False, -1)}
+    if used:
+        warnings.warn(f"{self.name}(...): ignored, no equivalent here: " +
+                      "; ".join(f"{k}={v!r} ({_UNUSED_CALL_OPTIONS[k]})" for k, v in used.items()), stacklevel=3)
+    if outputs is not None:
+        outputs = list(outputs)
+        if not self.outputs:
+            for t in outputs:
+                self.mark_output(t)
+        elif [id(t) for t in outputs] != [id(t) for t in self.outputs]:
+            raise GraphError(f"{self.name}(outputs=...): the graph's outputs are those marked with mark_output; "
+                             f"outputs= must list them, in order, or be left out")
+    self.require_outputs("a call")
+    if inputs is None:
+        raise TypeError(f"{self.name}(...): give the input tensors, inputs=[...]")
+    inputs = list(inputs)
+    if len(inputs) != len(self.inputs):
+        raise ValueError(f"{self.name}(inputs=...): {len(inputs)} tensors given, the graph has "
+                         f"{len(self.inputs)} inputs")
+    for k, (x, t) in enumerate(zip(inputs, self.inputs)):
+        if tuple(getattr(x, "shape", ())) != tuple(t.shape):
+            raise ValueError(f"{self.name}(inputs=...): input {k} has shape {tuple(getattr(x, 'shape', ()))}, "
+                             f"the graph's is {tuple(t.shape)}")
+    from .cuda_program import target_for_cc
+
+    target = "sm_90" if target_cc is None else target_for_cc(target_cc)
+    return target, inputs, {k: v for k, v in (("stream", stream), ("out", out)) if v is not None}
+
+
+_LOADED: dict = {}  # prebuilt bundle folder -> runtime kernel
+
+
+def call(self, inputs=None, **kwargs):
+    """Run the μGraph on CUDA tensors from compiled PTX (a clear error without a GPU).
+    Where MLIR is not installed, a bundle built on another machine is run
+    (`mirage.cuda_program.prebuilt_bundle`)."""
+    from .cuda_program import mlir_available, prebuilt_bundle
+
+    target, inputs, kw = prepare_call(self, inputs, **kwargs)
+    if mlir_available():
+        from .lower import call as run
+
+        return run(self, inputs, target, **kw)
+    path = prebuilt_bundle(self, target)
+    if path not in _LOADED:
+        from . import runtime
+
+        _LOADED[path] = runtime.load(path)
+    return _LOADED[path](*inputs, **kw)
+
+
+def cygraph(self):
+    """Mirage's `graph.cygraph` handle, for its code-generation calls (`mirage.cuda_program`)."""
+    from .cuda_program import CyKNGraph
+
+    return CyKNGraph(self)
 
 
 KNGraph.superoptimize = superoptimize
@@ -159,3 +243,4 @@ KNGraph.to_json = to_json
 KNGraph.from_json = from_json
 KNGraph.compile = compile
 KNGraph.__call__ = call
+KNGraph.cygraph = property(cygraph)
