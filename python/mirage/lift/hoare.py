@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 from .errors import LiftError
-from .symbolic import Evaluator, Ptr, _Builtin, _DType, _source_of, python_function
+from .symbolic import Evaluator, Ptr, _DType, _source_of, python_function
 from .verify import LiftZ3Arith, Proof
 
 
@@ -299,7 +299,6 @@ class HoareSetup:
 
         self.z3 = z3
         self.ar = LiftZ3Arith()
-        self.trace = trace
         self.pre: list = []  # preconditions on the sizes
         self.bounded: list = []  # sizes a reduction bounds by BLOCK
         self.bound_args: list = []  # "param = size" for the integer arguments taken as sizes
@@ -349,7 +348,6 @@ def pointwise(hz: HoareSetup, t, coords):
     z3, ar = hz.z3, hz.ar
     op = t.op
     shape = t.shape
-    sym = tuple(hz.size.get(d, 1) for d in shape)
 
     def at(child, cs):  # align coords (trailing dims) to the child's rank; size-1 dims read 0
         r = len(child.shape)
@@ -413,7 +411,6 @@ def pointwise(hz: HoareSetup, t, coords):
             cs[p] = coords[i]
         return pointwise(hz, child, cs)
     raise Unsupported(f"the operator {op} point-wise under symbolic sizes")
-    del sym
 
 
 def fit_template(trace, name):
@@ -473,6 +470,9 @@ def _prove(kernel, trace, args, constexprs, terms, outputs, timeout_ms, t0) -> P
                 hz.bound_args.append(f"{p} = {bound[p]}")
     ev._frames.append((fn.__globals__, trace.file, trace.first_line))
     ev.block(fdef.body, bound)
+    read_back = sorted({arg for arg, *_ in ev.loads} & set(outputs))
+    if read_back:
+        raise Unsupported(f"'{read_back[0]}' is read and written")
     ar = hz.ar
     solver = z3.Solver()
     solver.set("timeout", int(timeout_ms))
@@ -483,7 +483,6 @@ def _prove(kernel, trace, args, constexprs, terms, outputs, timeout_ms, t0) -> P
     for arg, off, m, where in ev.loads:
         obligations.append((f"load of {arg} at {where} in bounds",
                             z3.Implies(_b(z3, m), z3.And(off >= 0, off < size_of[arg]))))
-    posts = {}
     for arg, off, val, m, site, lane in ev.stores:
         if arg not in templates or site not in templates[arg]:
             raise Unsupported(f"a store into '{arg}' at {site} that the launch never performed")
@@ -531,6 +530,17 @@ def _prove(kernel, trace, args, constexprs, terms, outputs, timeout_ms, t0) -> P
 
     bounded = sorted({str(s): s for s in hz.bounded}.items())
     cases = list(itertools.product(*[range(1, hz.block_max + 1) for _ in bounded])) if bounded else [()]
+    for case in cases:  # contradictory assumptions would prove anything
+        sub = [(sym, z3.IntVal(v)) for (_, sym), v in zip(bounded, case)]
+        goal = [*hz.pre, *side]
+        solver.push()
+        solver.set("timeout", max(1, int((deadline - time.perf_counter()) * 1000)))
+        solver.add(*([z3.simplify(z3.substitute(g, *sub)) for g in goal] if sub else goal))
+        r = solver.check()
+        solver.pop()
+        if r != z3.sat:
+            return Proof("grid loop (Hoare)", "hoare", "unknown", "all sizes", time.perf_counter() - t0,
+                         "the preconditions and assumptions are not shown satisfiable")
     for what, f in obligations:
         for case in cases:
             left = deadline - time.perf_counter()
