@@ -250,12 +250,10 @@ class _Builder:
             # TOSA's rank-3 matmul around a 2-D product: [1,M,K] x [1,K,N] -> [1,M,N] -> S
             a, b = x.ins
             (_, m, k), n = a.shape, b.shape[-1]
-            if a.kind == "reshape" and b.kind == "reshape" and b.ins[0].shape == (k, n) and \
-                    a.ins[0].shape[-1:] == (k,):
-                self.rewrites.append("reshape(matmul(reshape a, reshape b)) -> matmul(a, b)")
-                a2 = a.ins[0] if a.ins[0].shape == (m, k) else self.kn("reshape", [a.ins[0]], src, shape=(m, k))
-                mm = self.kn("matmul", [a2, b.ins[0]], src)
-                return mm if shape == (m, n) else self.kn("reshape", [mm], src, shape=shape)
+            self.rewrites.append("reshape(matmul(reshape a, reshape b)) -> matmul(a, b)")
+            # reshapes of the operands collapse into theirs (none is left for nn.Linear's)
+            mm = self.kn("matmul", [self.reshape(a, (m, k), src), self.reshape(b, (k, n), src)], src)
+            return mm if shape == (m, n) else self.kn("reshape", [mm], src, shape=shape)
         return self.kn("reshape", [x], src, shape=shape)
 
     # the op table ----------------------------------------------------------------------
@@ -506,9 +504,30 @@ class _Builder:
             self.rewrites.append("slice -> matmul by a 0/1 selection matrix")
         return x
 
+    def _selection(self, x: Node):
+        """(rows, S, sign) when x = sign * reshape(rows @ S) with S a lifted constant
+        (a slice of the last dim, see `_slice`, possibly negated), else None."""
+        sign = 1.0
+        if x.kind == "mul" and _is_const(x.ins[1], -1.0):
+            sign, x = -1.0, x.ins[0]
+        if x.kind == "reshape":
+            x = x.ins[0]
+        if x.kind != "matmul" or x.ins[1].kind != "lifted" or len(x.shape) != 2:
+            return None
+        return x.ins[0], x.ins[1].value, sign
+
     def _concat(self, op, ins, shape, dt):
         xs = self._f(ins)
         axis = int(_ir().IntegerAttr(op.attributes["axis"]).value)
+        if axis in (-1, len(shape) - 1):
+            # slices of one tensor's last dim, some negated, concatenated along it (RoPE's
+            # rotate_half: cat(-x2, x1)): one product by the concatenated signed selections
+            sel = [self._selection(x) for x in xs]
+            if all(sel) and all(_same_value(t[0], sel[0][0]) for t in sel):
+                mat = np.concatenate([sg * m for _, m, sg in sel], axis=1)
+                self.rewrites.append("concatenated slices of one tensor -> one matmul by a signed selection matrix")
+                y = self.kn("matmul", [sel[0][0], self.lifted(mat, dt, op)], op)
+                return self.reshape(y, shape, op)
         acc = xs[0]
         for x in xs[1:]:
             acc = self.kn("concat", [acc, x], op, dim=axis)
@@ -524,6 +543,11 @@ class _Builder:
 
     def _identity(self, op, ins, shape, dt):
         return self._f(ins)[0]
+
+
+def _same_value(a: Node, b: Node) -> bool:
+    """a and b are the same node, or reshapes of one node to one shape."""
+    return a is b or (a.kind == b.kind == "reshape" and a.ins[0] is b.ins[0] and a.shape == b.shape)
 
 
 def _is_accumulator(value, node) -> bool:
