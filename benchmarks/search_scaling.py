@@ -1,0 +1,117 @@
+"""Scaling of the search over Ray workers: the GQA and QKNorm searches of
+search_benchmarks.py (full-size programs, preset `attention`) run with `executor="ray"`
+and 1, 2, 4, ... workers, up to the CPUs of the cluster; per worker count the time of
+the enumeration (the part split into work items) and of the whole search, speedup and
+parallel efficiency against one worker, and the load average. Every run of a program
+must visit the same states and pick the same best candidate (checked, shown).
+
+    PYTHONPATH=python python benchmarks/search_scaling.py                      # Ray on this machine
+    PYTHONPATH=python python benchmarks/search_scaling.py --workers 1 2 4 8 16 --max-block-ops 8
+    MIRAGE_RAY_ADDRESS=<head>:6379 PYTHONPATH=python python benchmarks/search_scaling.py
+    PYTHONPATH=python python benchmarks/search_scaling.py --executor local    # the local pool, no Ray
+
+`--max-block-ops` (default 7; the preset's is 11) bounds the block graphs so that a
+one-worker run takes a minute or two, not an hour (GQA: 392,274 states at 7, 1.8 M at 9).
+Needs `pip install '.[ray]'` (not with `--executor local`). Writes
+benchmarks/results/search_scaling.md (or --out; `--executor local`: search_scaling_local.md).
+"""
+import argparse
+import contextlib
+import datetime
+import io
+import os
+import platform
+import re
+import sys
+import time
+
+sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "python"), os.path.dirname(__file__)]
+
+from search_benchmarks import BENCHMARKS  # noqa: E402
+from mirage.search import superoptimize  # noqa: E402
+
+PROGRAMS = ("gqa", "qknorm_attention")
+
+
+def run(name, workers, a):
+    """(result, enumeration seconds, load before, load after) of one search."""
+    log = io.StringIO()  # the search's progress lines: the enumeration's time is on its "done" line
+    load = os.getloadavg()[0]
+    with contextlib.redirect_stderr(log):
+        res = superoptimize(BENCHMARKS[name].reference(1), "attention", workers=workers, executor=a.executor,
+                            time_limit=a.time_limit, max_block_ops=a.max_block_ops, measure=False, verbose=True)
+    done = re.search(r"\[search\] enumeration done in ([0-9.]+) s", log.getvalue())
+    return res, float(done.group(1)), load, os.getloadavg()[0]
+
+
+def counts(cpus: int) -> list[int]:
+    out = [1]
+    while out[-1] * 2 < cpus:
+        out.append(out[-1] * 2)
+    return out + [cpus] if cpus > 1 else out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("names", nargs="*", default=list(PROGRAMS))
+    ap.add_argument("--workers", type=int, nargs="*", help="worker counts (default 1, 2, 4, ... up to the CPUs)")
+    ap.add_argument("--max-block-ops", type=int, default=7)
+    ap.add_argument("--executor", choices=("ray", "local"), default="ray")
+    ap.add_argument("--time-limit", type=float, default=7200, help="never reached: the searches run to the end")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    results = os.path.join(os.path.dirname(__file__), "results")
+    a.out = a.out or os.path.join(results, "search_scaling.md" if a.executor == "ray" else "search_scaling_local.md")
+    if a.executor == "ray":
+        import ray
+
+        address = os.environ.get("MIRAGE_RAY_ADDRESS")
+        ray.init(address=address or None, include_dashboard=False, log_to_driver=False)
+        cpus = int(ray.cluster_resources()["CPU"])
+        where = (f"Ray cluster: {len([n for n in ray.nodes() if n['Alive']])} node(s), {cpus} CPUs "
+                 f"({'MIRAGE_RAY_ADDRESS=' + address if address else 'started on this machine'}).")
+    else:
+        cpus = os.cpu_count()
+        where = "The local process pool (executor=\"local\")."
+    ws = a.workers or counts(cpus)
+    # warm-up: Ray starts its worker processes, imports are done (not counted below)
+    superoptimize(BENCHMARKS["gqa"].reference(1), "attention", workers=max(ws), executor=a.executor,
+                  max_block_ops=6, measure=False)
+    out = [f"# Search scaling over {'Ray workers' if a.executor == 'ray' else 'local worker processes'}", "",
+           f"Date: {datetime.datetime.now():%Y-%m-%d %H:%M}. Driver: {platform.node()} ({platform.machine()}, "
+           f"{os.cpu_count()} cores). {where}",
+           f"Command: `PYTHONPATH=python python benchmarks/search_scaling.py {' '.join(a.names)} "
+           f"--workers {' '.join(map(str, ws))} --max-block-ops {a.max_block_ops} --executor {a.executor}`", "",
+           f"Each search: `superoptimize(BENCHMARKS[name].reference(1), \"attention\", executor=\"{a.executor}\", "
+           f"workers=w, max_block_ops={a.max_block_ops}, measure=False)` to its end (no time limit reached). "
+           "*Enumeration*: the work items (split over the workers); *search*: the whole call (seeds, "
+           "enumeration, ranking, the checks of the best 3 candidates, workers at a time). Speedup and "
+           "efficiency (speedup / workers) against one worker. Load: the 1-minute load average before / after "
+           "the run (other processes on the machine take cores from the workers).", ""]
+    for name in a.names:
+        out += [f"## {name}", "",
+                "| workers | enumeration | speedup | efficiency | search | speedup | efficiency | states | best | load |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        base = None
+        for w in ws:
+            t0 = time.monotonic()
+            res, enum, l0, l1 = run(name, w, a)
+            total = time.monotonic() - t0
+            if base is None:
+                base = (enum, total, res.stats.states, res.candidates[0].key)
+            same = (res.stats.states, res.candidates[0].key) == base[2:]
+            row = (f"| {w} | {enum:.1f} s | {base[0] / enum:.2f} | {base[0] / enum / w:.2f} | {total:.1f} s | "
+                   f"{base[1] / total:.2f} | {base[1] / total / w:.2f} | {res.stats.states}"
+                   f"{'' if same else ' (DIFFERS from 1 worker)'}{' (stopped: ' + res.stats.stopped + ')' if res.stats.stopped else ''} | {res.candidates[0].time_us:.2f} us "
+                   f"{'(reference)' if res.candidates[0].key == 'reference' else ''}| {l0:.1f} / {l1:.1f} |")
+            out.append(row)
+            print(row, flush=True)
+        out.append("")
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        f.write("\n".join(out) + "\n")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
