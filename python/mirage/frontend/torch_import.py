@@ -256,7 +256,7 @@ def apply_transforms_np(a, transforms):
     return a
 
 
-def fold_state_layout(graph: KNGraph, bindings: list, arg_map: list):
+def fold_state_layout(graph: KNGraph, bindings: list, arg_map: list, weight_inputs=frozenset()):
     """Fold `transpose`/`reshape` chains applied to graph inputs bound to module state
     (parameters, buffers, constants) into the binding: `nn.Linear`'s `W.T` and the
     `[1, d]` reshape of an RMSNorm gain become inputs of the transformed shape whose
@@ -264,10 +264,15 @@ def fold_state_layout(graph: KNGraph, bindings: list, arg_map: list):
     `deploy.DeployedSegment`), instead of a kernel per call. An input also used
     untransformed keeps its plain binding beside the transformed one. Returns
     `(graph, bindings, arg_map, folded)` (the inputs unchanged when nothing folds);
-    `folded` lists one line per folded chain."""
+    `folded` lists one line per folded chain. `weight_inputs`: names of user inputs that
+    are parameters too (`torch.compile` passes a module's parameters as graph inputs);
+    their transforms are cached the same way (per tensor and in-place version)."""
+    def state(b):
+        return b.kind in _STATE or (b.kind == "input" and b.name in weight_inputs)
+
     virt = {}  # id(old tensor) -> (old input index, transforms)
     for k, t in enumerate(graph.inputs):
-        if bindings[k].kind in _STATE:
+        if state(bindings[k]):
             virt[id(t)] = (k, ())
     if not virt:
         return graph, bindings, arg_map, []
@@ -293,7 +298,7 @@ def fold_state_layout(graph: KNGraph, bindings: list, arg_map: list):
         if id(o) in virt:
             need(virt[id(o)])
     for k, t in enumerate(graph.inputs):  # inputs not bound to state, or unused: keep
-        if bindings[k].kind not in _STATE or not any(key[0] == k for key in needed):
+        if not state(bindings[k]) or not any(key[0] == k for key in needed):
             need((k, ()))
     if not folded_ops:
         return graph, bindings, arg_map, []
@@ -603,6 +608,8 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
     module = _as_module(module_or_fn)
     ep = export(module, example_inputs)
     gm = ep.graph_module
+    weight_inputs = {spec.arg.name for spec, a in zip(_user_specs(ep), _flat_args(ep, example_inputs))
+                     if isinstance(a, torch.nn.Parameter)}
     removed = cleanup(gm)
     elided, sandwich = [], {}
     if allow_fp32_upcast_elision:
@@ -669,7 +676,7 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
                 bindings.append(Binding("constant", f"const{len(bindings)}", i.value))
         folded = []
         if fold_layout:
-            g2, bindings, arg_map, folded = fold_state_layout(seg.graph, bindings, arg_map)
+            g2, bindings, arg_map, folded = fold_state_layout(seg.graph, bindings, arg_map, weight_inputs)
             seg.graph = g2  # same outputs in the same order
         info.folded = folded
         out_node = next(n for n in sub.graph.nodes if n.op == "output")
