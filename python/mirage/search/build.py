@@ -63,8 +63,8 @@ def build_ops(g: KNGraph, tensors: list, ops, thread_graphs: bool = True) -> lis
                             c = tb.constant(value, cshape)
                             y = getattr(tb, k2)(*((y, c) if pos == 1 else (c, y)))
                     tiles.append(y)
-                else:
-                    tiles.append(getattr(tb, kind)(*xs))
+                else:  # attributes by name (mul_scalar's scalar, clamp's bounds)
+                    tiles.append(getattr(tb, kind)(*xs, **ad))
             for k, omap in omaps:
                 tb.new_output(tiles[k], omap)
             if thread_graphs:

@@ -17,6 +17,7 @@ from itertools import product
 from typing import Sequence
 
 from ..target import DEFAULT as _T
+from ..core import ops as O
 
 
 # after Ctrl-C the checks in flight get this long (seconds) before the verified results so
@@ -241,8 +242,7 @@ def dim_classes(g, explicit: bool = False, also=()) -> tuple[list[tuple], set, s
                 uf.union(k(x, d), k(out, d))
                 if d >= len(x.shape) - n:
                     reduced.append(k(x, d))
-        elif out is not None and op.kind in ("add", "sub", "mul", "div", "exp", "sqrt", "rsqrt", "square",
-                                             "silu", "gelu", "relu", "sigmoid"):
+        elif out is not None and op.kind in O.BINARY + O.UNARY:
             r = len(out.shape)
             for x in ins:
                 off = r - len(x.shape)

@@ -27,6 +27,7 @@ from . import measure as M
 from .partition import needs_partition, partitioned_search
 from .progress import Progress, enumeration_status
 from .result import Candidate, SearchResult, diverse, order as _order, reference_candidate
+from .mbci import mbci_seeds
 from .seed import attention_seeds, row_seeds
 
 
@@ -253,13 +254,20 @@ def _strategy(ref, cfg, verbose, device, preset, config, t0) -> SearchResult:
     return res
 
 
-def _seeds(ref, cfg, device, pro=None) -> dict:
-    """The seeds of `ref` (search/seed.py; of its core program, folded back, where it has
-    input prologues) that build (fit in shared memory, ...), as the search's found
-    candidates: key -> (plan, cost)."""
+def _seeds(ref, cfg, device, pro=None, pruned=None) -> dict:
+    """The seeds of `ref` (search/seed.py, search/mbci.py; of its core program, folded back,
+    where it has input prologues) that build (fit in shared memory, ...), as the search's
+    found candidates: key -> (plan, cost). `pruned` counts the chain search's pruning."""
     out = {}
     core = pro.core if pro is not None else ref
-    for plan in row_seeds(core, cfg) + attention_seeds(core, cfg):
+
+    def core_cost(plan) -> float:
+        try:
+            return cost(B.build(core, plan), device).time
+        except Exception:  # the builder's checks reject it
+            return float("inf")
+
+    for plan in row_seeds(core, cfg) + attention_seeds(core, cfg) + mbci_seeds(core, cfg, core_cost, pruned, device):
         if pro is not None:
             plan = pro.fold(plan)
         try:
@@ -300,14 +308,14 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
 
         pro = analyze(ref)
     gen = Generator(pro.core if pro is not None else ref, cfg)
-    found = _seeds(ref, cfg, device, pro)
+    stats = Stats()
+    found = _seeds(ref, cfg, device, pro, stats.pruned)
     # branch and bound: items (and kernel states) whose every candidate costs more than
     # the seeds' top-k window are not searched
     bound = BOUND_WINDOW * min(c for _, c in found.values()) if found else None
     items, skipped = work_items(gen, device, bound)
     workers = cfg.workers or (X.ray_workers() if cfg.executor == "ray" else os.cpu_count() or 1)
     workers = max(1, min(workers, len(items) or 1))
-    stats = Stats()
     if skipped:
         stats.pruned["bound"] += skipped
     progress = Progress(verbose)  # its phase starts after the workers are forked (it runs a thread)

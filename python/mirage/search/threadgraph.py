@@ -67,7 +67,7 @@ def fuse_thread_graphs(tb: TBGraph) -> TBGraph:
             th = THGraph([t.dtype for t in ext])
             tenv = {id(t): s for t, s in zip(ext, th.inputs)}
             for m in members:
-                tenv[id(m.outputs[0])] = getattr(th, m.kind)(*[tenv[id(t)] for t in m.inputs])
+                tenv[id(m.outputs[0])] = getattr(th, m.kind)(*[tenv[id(t)] for t in m.inputs], **m.attrs)
             th.output(tenv[id(op.outputs[0])])
             env[id(op.outputs[0])] = new.thread_graph([env[id(t)] for t in ext], th)[0]
             continue
@@ -86,7 +86,7 @@ def fuse_thread_graphs(tb: TBGraph) -> TBGraph:
         elif op.attrs and op.kind in ("reduction", "reduce_max"):
             r = getattr(new, op.kind)(xs[0], op.attrs["dim"])
         else:
-            r = getattr(new, op.kind)(*xs)
+            r = getattr(new, op.kind)(*xs, **op.attrs)
         env[id(op.outputs[0])] = r
     for o in tb.outputs:
         new.new_output(env[id(o.stensor)], o.omap, o.forloop_dim)

@@ -1,0 +1,259 @@
+"""Chains of compute-intensive ops (MCFuser, ../shared/papers/mcfuser-paper.txt): seeds
+that fuse `E = f(A @ B) @ D` — a GEMM chain, an activation between two GEMMs, or
+exp-normalized attention `(exp(s·A@B) @ D) / sum(exp(s·A@B))` — into one graph-defined
+kernel whose intermediate never leaves the block.
+
+The paper's search, mapped onto μGraphs:
+
+- **Tiling expressions** (§III-A): the loops m, n, k, h of `C = A @ B` (M x K @ K x N)
+  and `E = C @ D` (N x H), plus the batch. Rule 1 (deduplication) binds the spatial loops
+  m, h and the batch to the grid, which leaves the sub-tiling over the reduction loops
+  n and k per block. A block graph has one for-loop, so two sub-tilings are expressible:
+  `n` (k whole: the A tile is loaded once per block, MCFuser's hoisting of L_A out of
+  loop n, §III-B; B and D stream over n; E accumulates) and `k` (n whole: A and B stream
+  over k, C accumulates, f and the second GEMM run after the loop on a D tile loaded
+  once). The nested forms (nk, kn) need two loop levels and are counted as not
+  expressible.
+- **Pruning** (§III-C): rule 1 above; rule 3, tile sizes that are multiples of 16 (or
+  the whole dim) and divide it (every dim of the tables is a power of two or 80, so no
+  padding is ever needed); rule 4, shared memory by eq. (1) above 1.2x the capacity; and
+  grids with fewer blocks than half the SMs when a finer tiling exists. Counts go to the
+  search report (`Stats.pruned["mbci ..."]`).
+- **Analytical model** (§IV-A, eqs. 2-5): t = (t_mem + t_comp) * alpha, t_mem the bytes
+  each load and store moves times its trip count over the DRAM bandwidth, t_comp the
+  FLOPs over the tensor-core throughput, alpha = (blocks + SMs) / blocks; the target's
+  constants (`mirage.target`).
+- **Exploration** (§IV-B, Algorithm 1): a population of candidates ranked by the model;
+  the top few are "measured" — here by the search's own cost model on the built μGraph
+  (this runs on the CPU machine; with a GPU present the search times its top verified
+  candidates afterwards, `search.measure`) — and the population mutates one loop's tile
+  size per candidate, drawn with weight 1/t, until the measured best moves by less than
+  epsilon. The draw is seeded by the chain's shape: the same program gives the same seeds.
+
+The seeds are plans like `seed.py`'s: built, verified and ranked with every other
+candidate, so a wrong seed is rejected, never returned.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from math import prod
+
+from ..core import ops as O
+from ..target import DEFAULT, Target
+from .config import SearchConfig
+
+POPULATION = 32   # N of Algorithm 1
+MEASURED = 4      # n: candidates "measured" per generation
+EPSILON = 0.01    # convergence: relative change of the measured best
+GENERATIONS = 12  # a bound on the loop (the paper's has none)
+SEEDS = 4         # plans handed to the search
+
+
+@dataclass(frozen=True)
+class Chain:
+    """`E = f(A @ B) @ D` found in a program: input indices, sizes, the unary ops f
+    (kind, attrs) and whether E is divided by the row sums of f(A @ B) (attention)."""
+    a: int
+    b: int
+    d: int
+    batch: int  # 0: 2-d operands, else the shared leading extent
+    M: int
+    K: int
+    N: int
+    H: int
+    between: tuple
+    normalized: bool
+    itemsize: int
+
+
+@dataclass(frozen=True)
+class Tiling:
+    form: str  # "n": loop over n, k whole; "k": loop over k, n whole
+    tm: int
+    tl: int    # the loop's tile: Tn (form n) or Tk (form k)
+    th: int
+
+
+def find_chain(core) -> Chain | None:
+    """The chain `core` computes, if it is exactly one (a single output), else None."""
+    if len(core.outputs) != 1 or len(core.inputs) != 3:
+        return None
+    made = {id(op.outputs[0]): op for op in core.ops}
+    idx = {id(t): k for k, t in enumerate(core.inputs)}
+    out = core.outputs[0]
+    top = made.get(id(out))
+    normalized = False
+    if top is not None and top.kind == "div":
+        num, den = top.inputs
+        red = made.get(id(den))
+        if red is None or red.kind != "reduction" or red.attrs["dim"] % len(den.shape) != len(den.shape) - 1:
+            return None
+        top, normalized, summed = made.get(id(num)), True, red.inputs[0]
+    if top is None or top.kind != "matmul":
+        return None
+    u, dd = top.inputs
+    between, x = [], u
+    while id(x) in made and made[id(x)].kind in O.UNARY:
+        op = made[id(x)]
+        between.append((op.kind, tuple(sorted(op.attrs.items()))))
+        x = op.inputs[0]
+    first = made.get(id(x))
+    if first is None or first.kind != "matmul" or (normalized and (summed is not u or not between)):
+        return None
+    a, b = first.inputs
+    if not all(id(t) in idx for t in (a, b, dd)) or len({id(a), id(b), id(dd)}) != 3:
+        return None
+    used = {id(t) for op in core.ops for t in op.inputs}
+    n_ops = 2 + len(between) + (2 if normalized else 0)
+    if len(core.ops) != n_ops or not {id(t) for t in core.inputs} <= used:
+        return None
+    r = len(a.shape)
+    if r not in (2, 3) or len(b.shape) != r or len(dd.shape) != r or (r == 3 and not a.shape[0] == b.shape[0] == dd.shape[0]):
+        return None
+    M, K = a.shape[-2:]
+    N, H = b.shape[-1], dd.shape[-1]
+    if b.shape[-2] != K or dd.shape[-2] != N or a.dtype.mlir not in ("f16", "bf16"):
+        return None
+    return Chain(idx[id(a)], idx[id(b)], idx[id(dd)], a.shape[0] if r == 3 else 0, M, K, N, H,
+                 tuple(reversed(between)), normalized, a.dtype.itemsize)
+
+
+def tile_options(n: int) -> list[int]:
+    """Rule 3: multiples of 16 that divide n (no padding), and n itself."""
+    return sorted({t for t in range(16, n + 1, 16) if n % t == 0} | {n})
+
+
+def smem_estimate(c: Chain, t: Tiling) -> int:
+    """Eq. (1): the tiles a block holds (f16 operands, f32 accumulators)."""
+    s = c.itemsize
+    if t.form == "n":
+        return s * (t.tm * c.K + c.K * t.tl + t.tl * t.th + t.tm * t.tl) + 4 * t.tm * t.th + 4 * t.tm
+    return s * (t.tm * t.tl + t.tl * c.N + c.N * t.th + t.tm * c.N) + 4 * t.tm * c.N + 4 * t.tm * t.th
+
+
+def blocks(c: Chain, t: Tiling) -> int:
+    return max(c.batch, 1) * (c.M // t.tm) * (c.H // t.th)
+
+
+def model_time(c: Chain, t: Tiling, dev: Target = DEFAULT) -> float:
+    """Eqs. (2)-(5): per block, L_A once (hoisted), L_B and L_D over the whole loop, S_E
+    once; C and E's FLOPs; times the blocks, slowed by alpha."""
+    nb = blocks(c, t)
+    per_block = c.itemsize * (t.tm * c.K + c.K * c.N + c.N * t.th + t.tm * t.th)
+    flops = 2 * t.tm * c.N * (c.K + t.th)
+    t_mem = nb * per_block / dev.dram_bw
+    t_comp = nb * flops / dev.tensor_flops
+    return (t_mem + t_comp) * (nb + dev.sms) / nb
+
+
+def space(c: Chain, cfg: SearchConfig, pruned: dict) -> list[Tiling]:
+    """The pruned candidates; `pruned` counts what each rule removed."""
+    out = []
+    pruned["mbci nested tilings (one loop level)"] = pruned.get("mbci nested tilings (one loop level)", 0) + 2
+    for form, L in (("n", c.N), ("k", c.K)):
+        for tm in tile_options(c.M):
+            for tl in tile_options(L):
+                if tl == L:
+                    continue  # no loop: the other form's degenerate case
+                for th in tile_options(c.H):
+                    t = Tiling(form, tm, tl, th)
+                    if smem_estimate(c, t) > 1.2 * cfg.smem_capacity:
+                        pruned["mbci smem"] = pruned.get("mbci smem", 0) + 1
+                    elif blocks(c, t) > cfg.max_blocks:
+                        pruned["mbci blocks"] = pruned.get("mbci blocks", 0) + 1
+                    else:
+                        out.append(t)
+    few = [t for t in out if blocks(c, t) < cfg.sms // 2]
+    if len(few) < len(out):  # finer tilings exist: under half the SMs busy is not worth it
+        pruned["mbci parallelism"] = pruned.get("mbci parallelism", 0) + len(few)
+        out = [t for t in out if blocks(c, t) >= cfg.sms // 2]
+    return out
+
+
+def plan_of(c: Chain, t: Tiling, cfg: SearchConfig):
+    """The one-kernel plan of tiling `t` (the format of `search.build`)."""
+    bat = c.batch > 1
+    r = 3 if c.batch else 2
+    rows, last = r - 2, r - 1  # the row and column dims of every operand
+    grid = (c.batch if bat else 1, c.M // t.tm, c.H // t.th)
+    gm, gh = grid[1] > 1, grid[2] > 1
+    b0 = 0 if bat else -1
+    amap = (b0, rows if gm else -1, -1)
+    bmap = (b0, -1, -1)
+    dmap = (b0, -1, last if gh else -1)
+    I = (c.a, c.b, c.d)
+    if t.form == "n":
+        maps = ((amap, -1), (bmap, last), (dmap, rows))
+        loop = c.N // t.tl
+    else:
+        maps = ((amap, last), (bmap, rows), (dmap, -1))
+        loop = c.K // t.tl
+    bops = [("matmul", (0, 1), ())]
+    if t.form == "k":
+        bops.append(("accum", (3,), (("kind", "none"),)))
+    for kind, attrs in c.between:
+        bops.append((kind, (len(bops) + 2,), attrs))
+    u = len(bops) + 2
+    bops.append(("matmul", (u, 2), ()))
+    e = len(bops) + 2
+    if t.form == "n":
+        bops.append(("accum", (e,), (("kind", "none"),)))
+        e = len(bops) + 2
+        if c.normalized:
+            bops.append(("accum", (u,), (("kind", "sum"),)))
+            bops.append(("div", (e, len(bops) + 2), ()))
+            e = len(bops) + 2
+    elif c.normalized:
+        bops.append(("reduction", (u,), (("dim", r - 1),)))
+        bops.append(("div", (e, len(bops) + 2), ()))
+        e = len(bops) + 2
+    omap = (b0, rows if gm else -1, last if gh else -1)
+    kernel = ("graph_def", I, grid, loop, cfg.reduction_dimx, maps, tuple(bops), ((e, omap),))
+    return (kernel,), (3,)
+
+
+def explore(c: Chain, cands: list[Tiling], measure, dev: Target = DEFAULT) -> list[Tiling]:
+    """Algorithm 1 over `cands` with the analytical model; `measure(tiling)` -> seconds
+    (inf if it does not build). Returns the measured tilings, best first."""
+    rng = random.Random(repr((c.batch, c.M, c.K, c.N, c.H, c.between, c.normalized)))
+    est = {t: model_time(c, t, dev) for t in cands}
+    opts = {"tm": tile_options(c.M), "th": tile_options(c.H)}
+    by_key = {(t.form, t.tm, t.tl, t.th): t for t in cands}
+    population = cands if len(cands) <= POPULATION else rng.sample(cands, POPULATION)
+    measured: dict = {}
+    best = float("inf")
+    for _ in range(GENERATIONS):
+        population = sorted(set(population), key=lambda t: (est[t], t.form, t.tm, t.tl, t.th))
+        for t in population[:MEASURED]:
+            if t not in measured:
+                measured[t] = measure(t)
+        top = min(measured.values())
+        if top < float("inf") and abs(top - best) <= EPSILON * top:
+            break
+        best = min(best, top)
+        weights = [1.0 / est[t] for t in population]
+        nxt = []
+        for t in rng.choices(population, weights, k=POPULATION):  # mutate one loop's tile size
+            field = rng.choice(("tm", "tl", "th"))
+            values = opts.get(field) or tile_options(c.N if t.form == "n" else c.K)
+            cur = getattr(t, field)
+            i = values.index(cur) if cur in values else 0
+            j = min(max(i + rng.choice((-1, 1)), 0), len(values) - 1)
+            k = dict(form=t.form, tm=t.tm, tl=t.tl, th=t.th)
+            k[field] = values[j]
+            nxt.append(by_key.get((k["form"], k["tm"], k["tl"], k["th"]), t))
+        population = nxt
+    return sorted((t for t, v in measured.items() if v < float("inf")), key=lambda t: measured[t])
+
+
+def mbci_seeds(core, cfg: SearchConfig, measure, pruned: dict | None = None, dev: Target = DEFAULT) -> list:
+    """One-kernel plans for the chain `core` computes ([] if it is not one), best first by
+    `measure(plan)` (seconds; the search's cost model on the built μGraph)."""
+    c = find_chain(core)
+    if c is None:
+        return []
+    pruned = {} if pruned is None else pruned
+    cands = space(c, cfg, pruned)
+    tilings = explore(c, cands, lambda t: measure(plan_of(c, t, cfg)), dev)
+    return [plan_of(c, t, cfg) for t in tilings[:SEEDS]]
