@@ -8,12 +8,13 @@ original Triton kernel on the same inputs.
     # GPU machine (torch + triton + CUDA; no MLIR):
     PYTHONPATH=python:benchmarks python benchmarks/gpu_lift.py --run bundles_lift [--out benchmarks/results/gpu_lift.md]
 
---build: (1) lifts the kernel at small sizes with the Z3 proof (`verified` for those
-sizes); (2) lifts it again at the GPU size without Z3 (too large for it) and requires
-the same `kn` program, op for op, with a float64 cross-check against the kernel's
-symbolic effect at that size; (3) runs the default search on that graph; (4) compiles
-the pick (`search`) and the lifted graph as it is (`lifted`, one pre-defined kernel per
-op) to PTX bundles for sm_90 under OUT, with `lift.json` describing the launch.
+--build: (1) lifts the kernel at small sizes with the Z3 proofs (`verified` for those
+sizes; for RMSNorm also for all row counts and row lengths <= BLOCK by Hoare logic);
+(2) lifts it again at the GPU size without Z3 (too large for it) and requires the same
+`kn` program, op for op, with a float64 cross-check against the kernel's symbolic effect
+at that size; (3) runs the default search on that graph; (4) compiles the pick
+(`search`) and the lifted graph as it is (`lifted`, one pre-defined kernel per op) to
+PTX bundles for sm_90 under OUT, with `lift.json` describing the launch.
 --run: launches the original Triton kernel and both bundles on the same fp16 inputs,
 checks each against float32 PyTorch of the textbook formula (relative L2 error, 5e-3 as
 gpu_check.py) and against each other, and times them (do_bench medians, CUDA graphs for
@@ -84,6 +85,7 @@ def build(a) -> int:
     with open(os.path.join(a.build, "lift.json"), "w") as f:
         json.dump({"kernel": a.kernel, "rows": rows, "cols": cols, "block": block, "formula": big.formula,
                    "small_proof": small.proofs[0].detail + " at " + small.proofs[0].scope,
+                   "all_sizes_proof": f"{small.proofs[2].status}: {small.proofs[2].scope}",
                    "search_seconds": round(t_search, 1), "search_kernels": len(best.ops),
                    "times": {k: round(v, 3) for k, v in big.times.items()}}, f, indent=1)
     return 0
@@ -134,8 +136,8 @@ def run(a) -> int:
              f"- device: {props.name}; date: {datetime.datetime.now().isoformat(timespec='minutes')}; "
              f"versions: {versions_line()}",
              f"- size: {rows} x {cols} fp16, Triton BLOCK={block}; lifted formula `{info['formula']}`",
-             f"- proof: Z3 at the small launch ({info['small_proof']}); at {rows}x{cols} the same kn program, "
-             "cross-checked in float64 (no Z3)",
+             f"- proof: Z3 at the small launch ({info['small_proof']}); Hoare logic over the grid: "
+             f"{info['all_sizes_proof']}; at {rows}x{cols} the same kn program, cross-checked in float64",
              f"- search: default `superoptimize()`, {info['search_seconds']} s on the CPU machine",
              "- µs: do_bench medians, each replayed from a CUDA graph; err: relative L2 error against float32 "
              f"PyTorch of the textbook formula (tolerance {TOL:g})", "",

@@ -69,8 +69,8 @@ def lift_triton(kernel, grid, *args, simplify: bool = True, prove: bool = True, 
     `args`: numpy arrays or torch CPU tensors for pointer arguments (their shapes are
     the tensors' shapes; their values are not used), Python ints and floats for scalars.
     `grid`: an int, a tuple, or a callable of the meta-parameters, as for Triton.
-    `prove=False` skips the Z3 proof (for sizes too large for it; the result is then not
-    `verified`). Raises `LiftError` (naming the construct and its line) where the kernel
+    `prove=False` skips both Z3 proofs (for sizes too large for them; the result is then
+    not `verified`). Raises `LiftError` (naming the construct and its line) where the kernel
     cannot be lifted."""
     from .. import float16, float32
     from . import program as P
@@ -121,7 +121,8 @@ def lift_triton(kernel, grid, *args, simplify: bool = True, prove: bool = True, 
     t0 = time.perf_counter()
     from .hoare import prove_grid_loop
 
-    proofs.append(prove_grid_loop(kernel, tr, args, constexprs, terms, outputs, timeout_ms))
+    proofs.append(prove_grid_loop(kernel, tr, args, constexprs, terms, outputs, timeout_ms) if prove else
+                  Proof("grid loop (Hoare)", "hoare", "not attempted", "all sizes", 0.0, "prove=False"))
     times["hoare"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
