@@ -174,24 +174,17 @@ def test_second_compile_comes_from_the_search_cache(tmp_path, capsys):
     assert seg1.optimized.to_mlir() == seg2.optimized.to_mlir()
 
 
-class _TwoLayers(torch.nn.Module):
-    """Two identical MLP layers with a PyTorch-only op between them (so they are two segments)."""
-
-    def __init__(self, a, b):
-        super().__init__()
-        self.a, self.b = a, b
-
-    def forward(self, x):
-        return self.b(torch.abs(self.a(x)))
-
-
-def test_identical_segments_are_searched_once(tmp_path):
+def test_identical_layers_are_searched_once(tmp_path):
+    """Two MLP layers of a Sequential, other weights: cut into one segment per layer (the
+    same program), searched and compiled once."""
     _, mlp_a = TL.norm_and_mlp("llama", TL.SMALL, torch.float32, seed=0)
-    _, mlp_b = TL.norm_and_mlp("llama", TL.SMALL, torch.float32, seed=1)  # other weights, same program
-    m = _TwoLayers(mlp_a, mlp_b)
-    opt = mt.superoptimize(m, [torch.randn(2, 64)], cache_dir=str(tmp_path), time_limit=20, compile=False,
-                           progress=False)
-    assert len(opt.result.graphs) == 2, opt.report
+    _, mlp_b = TL.norm_and_mlp("llama", TL.SMALL, torch.float32, seed=1)
+    m = torch.nn.Sequential(mlp_a, mlp_b)
+    x = torch.randn(2, 64)
+    opt = mt.superoptimize(m, [x], cache_dir=str(tmp_path), time_limit=20, compile=False, progress=False)
+    assert len(opt.result.graphs) == 2 and not opt.result.offloaded, opt.report
     searched = [n for n in opt.notes if "superoptimized" in n]
     reused = [n for n in opt.notes if "the same program as" in n]
     assert len(searched) == 1 and len(reused) == 1, opt.notes
+    opt.result.program.set_mode("interpreter")  # the two segments chained, float64
+    np.testing.assert_allclose(opt.result.program(x).detach().numpy(), m(x).detach().numpy(), rtol=1e-5, atol=1e-6)

@@ -32,6 +32,7 @@ from ..core.graph import KNGraph
 from ..core.mlir_text import print_module
 from . import tosa_to_kn as T
 from .fx_cleanup import cleanup
+from .layers import split_by_layer
 
 # ATen ops (after torch-mlir's decompositions) whose TOSA lowering converts to kn.
 SUPPORTED = {
@@ -632,7 +633,7 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
     part = CapabilityBasedPartitioner(gm, _Support().impl, allows_single_node_partition=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fused = part.partition_and_fuse()
+        fused = part.fuse_partitions(split_by_layer(part.propose_partitions()))
     segments, infos, graphs = {}, [], []
     k = 0
     for node in list(fused.graph.nodes):
