@@ -509,7 +509,7 @@ CASES = [
           "out = x / sqrt(mean(x * x, 1) + eps) * w"),
     _norm("layernorm", layernorm_kernel, lambda x, w, b: [_ln(x, w, b, 1e-5)],
           "out = (x - mean(x, 1)) / sqrt(mean((x - mean(x, 1)) * (x - mean(x, 1)), 1) + eps) * w + b",
-          bias=True, block=8),
+          bias=True, rows=2, cols=3, block=4),
     _norm("layernorm_chunked", layernorm_chunked_kernel, lambda x, w, b: [_ln(x, w, b, 1e-5)],
           "out = (x - mean(x, 1)) / sqrt(mean((x - mean(x, 1)) * (x - mean(x, 1)), 1) + eps) * w + b",
           bias=True),
