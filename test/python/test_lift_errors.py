@@ -13,7 +13,7 @@ import triton.language as tl
 from mirage.lift import LiftError, lift_triton
 from mirage.lift.corpus import BUGGED, SIZE_BUGGED, case
 from mirage.lift.symbolic import trace
-from mirage.lift.verify import prove_bounded
+from mirage.lift.verify import field_check, prove_bounded
 
 
 def _line_of(fn, text):
@@ -75,7 +75,8 @@ def test_size_bug_is_caught_by_the_all_sizes_proof(c):
     """Right at the launched sizes (a literal equal to the launched size), wrong at others."""
     r = lift_triton(c.kernel, c.grid, *c.make(np.random.default_rng(0)), **c.constexprs)
     assert r.formula == c.formula and r.proofs[0].status == "proved"  # fine where it was launched
-    assert r.proofs[2].method == "hoare" and r.proofs[2].status == "refuted", r.report()
+    hoare = next(p for p in r.proofs if p.method == "hoare")
+    assert hoare.status == "refuted", r.report()
     assert not r.verified and not r.all_sizes and "verified    NO" in r.report()
 
 
@@ -86,8 +87,11 @@ def test_bounded_proof_refutes_a_wrong_graph():
     tr = trace(add.kernel, add.grid, args, add.constexprs)
     p = prove_bounded(tr, wrong, ["out_ptr"])
     assert p.status == "refuted" and "differs at out_ptr[" in p.detail
+    f = field_check(tr, wrong, ["out_ptr"])
+    assert f.status == "failed" and "differs at out_ptr[" in f.detail
     right = lift_triton(add.kernel, add.grid, *args, **add.constexprs).graph
     assert prove_bounded(tr, right, ["out_ptr"]).status == "proved"
+    assert field_check(tr, right, ["out_ptr"]).status == "passed"
 
 
 @triton.jit

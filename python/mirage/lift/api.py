@@ -24,14 +24,14 @@ class LiftResult:
     @property
     def verified(self) -> bool:
         """The graph is proved equal to the kernel by Z3 at the launched sizes (every
-        written element, for all real inputs), agrees with it in float64, and the
-        all-sizes proof did not find a size where they differ. `all_sizes` says whether
+        written element, for all real inputs), agrees with it in float64 and over finite
+        fields, and the all-sizes proof did not find a size where they differ. `all_sizes` says whether
         it is also proved for every size."""
         bounded = [p for p in self.proofs if p.method == "z3"]
         numeric = [p for p in self.proofs if p.method == "numeric"]
-        hoare = [p for p in self.proofs if p.method == "hoare"]
+        failed = [p for p in self.proofs if p.status in ("refuted", "failed")]
         return bool(bounded) and all(p.status == "proved" for p in bounded) and \
-            all(p.status == "passed" for p in numeric) and all(p.status != "refuted" for p in hoare)
+            all(p.status == "passed" for p in numeric) and not failed
 
     @property
     def all_sizes(self) -> bool:
@@ -76,7 +76,7 @@ def lift_triton(kernel, grid, *args, simplify: bool = True, prove: bool = True, 
     from . import program as P
     from .symbolic import trace
     from .synthesize import Synthesizer
-    from .verify import Proof, numeric_check, prove_bounded, scope
+    from .verify import Proof, field_check, numeric_check, prove_bounded, scope
 
     times = {}
     t0 = time.perf_counter()
@@ -115,7 +115,7 @@ def lift_triton(kernel, grid, *args, simplify: bool = True, prove: bool = True, 
     t0 = time.perf_counter()
     bounded = prove_bounded(tr, graph, outputs, timeout_ms) if prove else \
         Proof("kernel = graph", "z3", "skipped", scope(tr), 0.0, "prove=False")
-    proofs = [bounded, numeric_check(tr, graph, outputs)]
+    proofs = [bounded, numeric_check(tr, graph, outputs), field_check(tr, graph, outputs)]
     times["verification"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -127,6 +127,39 @@ def gelu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def gelu_tanh_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    # the tanh approximation (GPT-2, Liger-Kernel's geglu)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    tl.store(out_ptr + offs, 0.5 * x * (1.0 + tl.extra.cuda.libdevice.tanh(inner)), mask=mask)
+
+
+@triton.jit
+def leaky_relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, tl.where(x > 0, x, 0.01 * x), mask=mask)
+
+
+@triton.jit
+def _silu(x):
+    return x * tl.sigmoid(x)
+
+
+@triton.jit
+def swiglu_helper_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    # FlagGems style: the activation in a @triton.jit helper, inlined by the lifter
+    offs = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(a_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, _silu(a) * b, mask=mask)
+
+
+@triton.jit
 def swiglu_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
@@ -490,6 +523,11 @@ CASES = [
     _ew("sigmoid", sigmoid_kernel, lambda x: [_sig(x)], 1, "out = sigmoid(x)", kind="activation"),
     _ew("silu", silu_kernel, lambda x: [x * _sig(x)], 1, "out = silu(x)", kind="activation"),
     _ew("gelu", gelu_kernel, lambda x: [_gelu(x)], 1, "out = gelu(x)", kind="activation"),
+    _ew("gelu_tanh", gelu_tanh_kernel, lambda x: [0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))],
+        1, "out = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x * x * x)))", kind="activation"),
+    _ew("leaky_relu", leaky_relu_kernel, lambda x: [np.where(x > 0, x, 0.01 * x)], 1, "out = leaky_relu(x, 0.01)",
+        kind="activation"),
+    _ew("swiglu_helper", swiglu_helper_kernel, lambda a, b: [a * _sig(a) * b], 2, "out = silu(a) * b", kind="fused"),
     _ew("swiglu", swiglu_kernel, lambda a, b: [a * _sig(a) * b], 2, "out = silu(a) * b", kind="fused"),
     _ew("geglu", geglu_kernel, lambda a, b: [_gelu(a) * b], 2, "out = gelu(a) * b", kind="fused"),
     Case("zeros", fill_zeros_kernel, (3,), lambda rng: [np.ones(10, np.float32), 10], {"BLOCK": 4},

@@ -206,7 +206,8 @@ class SizeEvaluator(Evaluator):
             x = self.data(a0)
             f = {"exp": ar.exp1, "sqrt": ar.sqrt1, "sqrt_rn": ar.sqrt1,
                  "rsqrt": lambda t: ar.div1(ar.real(1), ar.sqrt1(t)), "sigmoid": ar.sigmoid1,
-                 "abs": lambda t: z3.If(t >= 0, t, -t)}.get(name) or (lambda t, n=name: ar.fns[n](t))
+                 "abs": lambda t: z3.If(t >= 0, t, -t), "tanh": ar.tanh1}.get(name) or \
+                (lambda t, n=name: ar.fns[n](t))
             return Data(zmap(f, x))
         if name in ("fdiv", "div_rn"):
             return self.binop(e, ast.Div, args[0], args[1])

@@ -11,7 +11,9 @@ The rules (each an identity of real arithmetic, so the result means the same):
 - exp(a - b) = exp(a) / exp(b); (a / c) / (b / c) = a / b;
 - sum(a / exp(max(y, d)), d) = sum(a, d) / exp(max(y, d)) (the divisor is constant along
   the summed dim: it is a reduction over that same dim);
-- sum(a, d, n) / n = mean(a, d).
+- sum(a, d, n) / n = mean(a, d);
+- 1 - 2 / (exp(2a) + 1) = tanh(a); relu(a) + c * (a - relu(a)) = leaky_relu(a, c) (the
+  forms synthesis gives tanh and a leaky ReLU, which have no kn operator).
 Together they undo the max-shift of a numerically stable softmax and recover means.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ RSQRT_COST = 8  # extraction prefers x / sqrt(y) (the textbook form) to x * rsqr
 
 def _model():
     try:
-        import egglog  # noqa: F401 (only to say what to install)
+        import egglog  # noqa: F401 - imported only to say what to install when missing
     except ImportError:
         from .errors import LiftError
 
@@ -74,6 +76,12 @@ def _model():
     def transpose(x: F) -> F: ...
 
     @function
+    def tanh(x: F) -> F: ...
+
+    @function
+    def leaky_relu(x: F, c: f64Like) -> F: ...
+
+    @function
     def rsum(x: F, d: i64Like, n: f64Like) -> F: ...
 
     @function
@@ -95,9 +103,11 @@ def _model():
         rewrite((a / c) / (b / c)).to(a / b),
         rewrite(rsum(a / exp(rmax(y, d, n)), d, n)).to(rsum(a, d, n) / exp(rmax(y, d, n))),
         rewrite(rsum(a, d, n) / F(n)).to(mean(a, d)),
+        rewrite(F(1.0) - F(2.0) / (exp(F(2.0) * a) + F(1.0))).to(tanh(a)),
+        rewrite(relu(a) + F(n) * (a - relu(a))).to(leaky_relu(a, n)),
     ]
     fns = dict(F=F, exp=exp, sqrt=sqrt, sigmoid=sigmoid, silu=silu, gelu=gelu, relu=relu, transpose=transpose,
-               rsum=rsum, rmax=rmax, mean=mean)
+               rsum=rsum, rmax=rmax, mean=mean, tanh=tanh, leaky_relu=leaky_relu)
     return EGraph, rules, fns
 
 
@@ -154,6 +164,8 @@ def _tree(e, lets):
             return ("sum" if name == "rsum" else "max", args[0], int(args[1]), float(args[2]))
         if name == "mean":
             return ("mean", args[0], int(args[1]))
+        if name == "leaky_relu":
+            return ("leaky_relu", args[0], ("num", float(args[1])))
         return (name, *args)
     if isinstance(e, ast.BinOp):
         op = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.MatMult: "matmul"}[type(e.op)]

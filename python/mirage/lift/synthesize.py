@@ -141,7 +141,29 @@ class Synthesizer:
             return self.prog.term("relu", (a,), a.shape)
         if op in ("sum", "max"):
             return self.reduction(A, op, what)
+        if op == "where":
+            t = self.leaky_relu(A, what)
+            if t is not None:
+                return t
         raise LiftError(f"{what}: no kn operator for {_NO_KN.get(op, op)} (in {TM.show(first, 3)})")
+
+    def leaky_relu(self, A: np.ndarray, what: str):
+        """where(u > 0, u, c * u) with one constant 0 <= c <= 1 in every element: that is
+        relu(u) + c * (u - relu(u)) (kn has no select)."""
+        cs = set()
+        for n in A.flat:
+            cond, a, b = n.args
+            if not (cond.op == "gt" and cond.args[0] is a and cond.args[1].op == "const" and cond.args[1].val == 0
+                    and b.op == "mul" and b.args[0].op == "const" and b.args[1] is a):
+                return None
+            cs.add(b.args[0].val)
+        if len(cs) != 1 or not 0 <= next(iter(cs)) <= 1:
+            return None
+        u = self.lift(np.vectorize(lambda n: n.args[1], otypes=[object])(A), what)
+        c = self.prog.term("constant", (), (1,) * len(u.shape), value=cs.pop())
+        r = self.prog.term("relu", (u,), u.shape)
+        return self.prog.term("add", (r, self.prog.term("mul", (c, self.prog.term("sub", (u, r), u.shape)), u.shape)),
+                              u.shape)
 
     def _transcendental(self, n: Node, depth: int = 6) -> bool:
         if n.op in ("exp", "erf", "tanh", "sigmoid") or (n.op == "max" and len(n.args) == 2):

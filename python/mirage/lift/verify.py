@@ -3,8 +3,9 @@ sizes, for all real inputs (paper §3.3's check, and §4's precondition).
 
 Both sides become Z3 real terms over one variable per input element: the kernel's
 element expressions (`terms.Node`) directly, the graph through our interpreter with
-`LiftZ3Arith` (the verifier's `Z3Arith` with sigmoid/SiLU/GELU given their definitions
-through exp and erf, so a kernel that spells them out and a graph that names them meet).
+`LiftZ3Arith` (the verifier's `Z3Arith` with sigmoid/SiLU/GELU/tanh given their
+definitions through exp and erf, so a kernel that spells them out and a graph that names
+them meet).
 exp, erf and sqrt are uninterpreted functions constrained as in `mirage.verify.smt`
 (exp > 0; sqrt(x)^2 = x, sqrt(x) >= 0, x >= 0); every divisor is assumed non-zero (the
 precondition of §4.1). Z3 is asked for inputs where some written element differs:
@@ -54,6 +55,9 @@ class LiftZ3Arith(Z3Arith):
             self._seen_sqrt.add(key)
             self.side += [x >= 0, y >= 0, y * y == x]
         return y
+
+    def tanh1(self, x):  # tanh(x) = 1 - 2 / (exp(2x) + 1), as the synthesized graph computes it
+        return self.real(1) - self.div1(self.real(2), self.exp1(self.real(2) * x) + self.real(1))
 
     def sigmoid1(self, x):
         return self.div1(self.real(1), 1 + self.exp1(-x))
@@ -115,7 +119,9 @@ def node_to_z3(ar: LiftZ3Arith, n: Node, env: dict, memo: dict):
             r = ar.div1(ar.real(1), ar.sqrt1(a[0]))
         elif op == "sigmoid":
             r = ar.sigmoid1(a[0])
-        elif op in ("erf", "tanh", "log"):
+        elif op == "tanh":
+            r = ar.tanh1(a[0])
+        elif op in ("erf", "log"):
             ar.used_uf = True
             r = ar.fns[op](a[0])
         elif op == "abs":
@@ -255,3 +261,144 @@ def numeric_check(trace, graph, outputs: list, seed: int = 1, samples: int = 2) 
               "values not finite at random normal and positive inputs")
     return Proof("kernel = graph (float64, random inputs)", "numeric", "passed" if ok else "failed",
                  scope(trace), time.perf_counter() - t0, detail)
+
+
+def field_check(trace, graph, outputs: list, trials: int = 3, seed: int = 0) -> Proof:
+    """Our verifier's finite-field random test (Mirage §5), kernel against graph: both
+    evaluated over Z_p x Z_q on the same random inputs (exp = ω^x; sqrt, erf keyed random
+    functions; sigmoid, SiLU, GELU, tanh, ReLU by their definitions on both sides, as in
+    the Z3 proof), every written element compared. The verifier's error bound is for two
+    Lax graphs; none is claimed here: this is an independent check beside Z3, at the
+    launched sizes. Comparisons and selects have no field semantics: "not applicable"."""
+    from ..core.interpret import evaluate
+    from ..verify.field import FieldZeroDivision
+
+    t0 = time.perf_counter()
+    nodes = [trace.buffers[n].mem[i] for n in outputs for i in np.flatnonzero(trace.buffers[n].written)]
+    if _uses(nodes, {"gt", "ge", "lt", "le", "eq", "ne", "where", "min", "abs"}):
+        return Proof("kernel = graph (finite fields)", "field", "not applicable", scope(trace),
+                     time.perf_counter() - t0, "a comparison or select has no finite-field semantics")
+    read = [n for n, b in trace.buffers.items() if b.read.any()]
+    done = redrawn = 0
+    rng = np.random.default_rng(seed)
+    while done < trials:
+        if redrawn > 10 * trials:
+            return Proof("kernel = graph (finite fields)", "field", "failed", scope(trace), time.perf_counter() - t0,
+                         f"division by zero in {redrawn} draws")
+        ar = _LiftField(seed=int(rng.integers(1 << 30)), rng=rng)
+        ins = {n: ar.random_value(trace.buffers[n].shape) for n in trace.buffers}
+        try:
+            gouts = evaluate(graph, [ins[n] for n in read], arith=ar)
+            memo: dict = {}
+            for name, g in zip(outputs, gouts):
+                b = trace.buffers[name]
+                gp = np.broadcast_to(g.p, b.shape).reshape(-1)
+                for i in np.flatnonzero(b.written):
+                    v = _node_field(ar, b.mem[i], ins, memo)
+                    if int(v.p[0]) != int(gp[i]):
+                        return Proof("kernel = graph (finite fields)", "field", "failed", scope(trace),
+                                     time.perf_counter() - t0, f"trial {done + 1}: differs at {name}[{i}] (mod p)")
+        except FieldZeroDivision:
+            redrawn += 1
+            continue
+        done += 1
+    return Proof("kernel = graph (finite fields)", "field", "passed", scope(trace), time.perf_counter() - t0,
+                 f"{trials} random trials over Z_p x Z_q ({redrawn} redrawn), every written element equal "
+                 "(no error bound claimed)")
+
+
+def _uses(nodes, ops) -> bool:
+    seen, stack = set(), list(nodes)
+    while stack:
+        n = stack.pop()
+        if n.id in seen:
+            continue
+        seen.add(n.id)
+        if n.op in ops:
+            return True
+        stack.extend(n.args)
+    return False
+
+
+def _lift_field_cls():
+    from ..verify.field import FieldArith
+
+    class LiftField(FieldArith):
+        """FieldArith with the activations by their definitions (as LiftZ3Arith)."""
+
+        def one(self, a):
+            return self.const(1.0, self.shape(a))
+
+        def max2(self, a, b):
+            st = self.apply(lambda x, y: np.stack([x, y], axis=-1), a, b)
+            m = self.max(st, len(self.shape(st)) - 1)
+            return self.apply(lambda x: x[..., 0], m)
+
+        def tanh(self, a):
+            two = self.const(2.0, self.shape(a))
+            return self.sub(self.one(a), self.div(two, self.add(self.exp(self.mul(two, a)), self.one(a))))
+
+        def unary(self, name, a):
+            if name == "sigmoid":
+                neg = self.sub(self.const(0.0, self.shape(a)), a)
+                return self.div(self.one(a), self.add(self.one(a), self.exp(neg)))
+            if name == "silu":
+                return self.mul(a, self.unary("sigmoid", a))
+            if name == "gelu":
+                c = self.const(GELU_C, self.shape(a))
+                half = self.const(0.5, self.shape(a))
+                return self.mul(self.mul(half, a), self.add(self.one(a), super().unary("erf", self.mul(c, a))))
+            if name == "relu":
+                return self.max2(a, self.const(0.0, self.shape(a)))
+            return super().unary(name, a)
+
+    return LiftField
+
+
+def _LiftField(**kw):
+    return _lift_field_cls()(**kw)
+
+
+def _node_field(ar, n: Node, ins: dict, memo: dict):
+    """A kernel element expression over the field (values of shape (1,))."""
+    stack = [(n, False)]
+    while stack:
+        x, ready = stack.pop()
+        if x.id in memo:
+            continue
+        if not ready:
+            stack.append((x, True))
+            stack.extend((a, False) for a in x.args if a.id not in memo)
+            continue
+        a = [memo[c.id] for c in x.args]
+        op = x.op
+        if op == "var":
+            v = ins[x.val[0]]
+            i = x.val[1]
+            r = ar.apply(lambda t: t.reshape(-1)[i:i + 1], v)
+        elif op == "const":
+            r = ar.const(x.val, (1,))
+        elif op in ("add", "sub", "mul", "div"):
+            r = getattr(ar, op)(a[0], a[1])
+        elif op == "exp":
+            r = ar.exp(a[0])
+        elif op == "sqrt":
+            r = ar.sqrt(a[0])
+        elif op == "rsqrt":
+            r = ar.div(ar.one(a[0]), ar.sqrt(a[0]))
+        elif op == "sigmoid":
+            r = ar.unary("sigmoid", a[0])
+        elif op == "tanh":
+            r = ar.tanh(a[0])
+        elif op in ("erf", "log"):
+            r = ar.unary(op, a[0])
+        elif op == "sum":
+            st = ar.apply(lambda *t: np.concatenate(t), *a)
+            r = ar.sum(st, 0)
+        elif op == "max":
+            st = ar.apply(lambda *t: np.concatenate(t), *a)
+            r = ar.max(st, 0)
+        else:
+            raise AssertionError(op)
+        memo[x.id] = r
+    return memo[n.id]
