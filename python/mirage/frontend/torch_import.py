@@ -33,6 +33,7 @@ from ..core.mlir_text import print_module
 from . import tosa_to_kn as T
 from .fx_cleanup import cleanup
 from .layers import split_by_layer
+from .reshape_sink import sink_reshapes
 
 # ATen ops (after torch-mlir's decompositions) whose TOSA lowering converts to kn.
 SUPPORTED = {
@@ -679,6 +680,9 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
         if fold_layout:
             g2, bindings, arg_map, folded = fold_state_layout(seg.graph, bindings, arg_map, weight_inputs)
             seg.graph = g2  # same outputs in the same order
+        seg.graph, moved = sink_reshapes(seg.graph)  # same inputs and outputs, in the same order
+        if moved:
+            info.rewrites = list(info.rewrites) + [f"{moved} reshape(s) moved past element-wise ops and cancelled"]
         info.folded = folded
         out_node = next(n for n in sub.graph.nodes if n.op == "output")
         outs_fx = out_node.args[0]
