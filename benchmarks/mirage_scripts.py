@@ -124,9 +124,7 @@ def _wrap(owner, name: str, before=None, after=None):
             after(out, time.monotonic() - t0, *args, **kw)
         return out
 
-    wrapper.__wrapped__ = orig
     setattr(owner, name, wrapper)
-    return orig
 
 
 def _kernels(g) -> int:
@@ -161,7 +159,11 @@ def _install_mirage_hooks(rec: Recorder, mode: str) -> None:
             h = g.get_owner_independent_hash()
             if h not in seen:
                 seen.add(h)
-                rec.checks.append(_check_launch(g, k.get("inputs", a[0] if a else None), out))
+                try:
+                    rec.checks.append(_check_launch(g, k.get("inputs", a[0] if a else None), out))
+                except Exception as e:  # noqa: BLE001 (the check's own failure is reported, the script goes on)
+                    rec.checks.append({"graph": g.name, "kernels": _kernels(g), "outputs": [],
+                                       "error": f"{type(e).__name__}: {e}"[:300]})
                 rec.note(f"μGraph launched ({_kernels(g)} kernels)")
 
         _wrap(KNGraph, "__call__", after=check)
@@ -266,18 +268,31 @@ def _install_torch_hooks(mode: str) -> None:
     CudaOnCpu().__enter__()  # for the rest of the child process
 
 
-def _stub_gpu_only_modules() -> list[str]:
-    """flash_attn and flashinfer, where not installed: modules whose every function stops
-    the script (they are GPU kernels and nothing else)."""
+def _stub_gpu_only_modules(script: str) -> list[str]:
+    """flash_attn and flashinfer, where the script names them and they are not installed:
+    modules whose every function stops the script (they are GPU kernels and nothing else)."""
     import importlib.util
     import types
 
+    def stub(name):
+        def attr(a):
+            if a.startswith("__"):  # module protocol (torch.compile walks sys.modules' __file__)
+                raise AttributeError(a)
+
+            def gpu_call(*args, **kw):
+                raise GPUCall(f"{name}.{a}")
+            return gpu_call
+
+        m = types.ModuleType(name)
+        m.__getattr__ = attr
+        return m
+
+    with open(script) as f:
+        source = f.read()
     stubbed = []
     for name in GPU_ONLY_MODULES:
-        if importlib.util.find_spec(name) is None:
-            m = types.ModuleType(name)
-            m.__getattr__ = lambda attr, name=name: (lambda *a, **k: (_ for _ in ()).throw(GPUCall(f"{name}.{attr}")))
-            sys.modules[name] = m
+        if name in source and importlib.util.find_spec(name) is None:
+            sys.modules[name] = stub(name)
             stubbed.append(name)
     return stubbed
 
@@ -300,7 +315,7 @@ def child(script: str, mode: str, report: str) -> None:
     try:
         if mode != "run":
             _install_torch_hooks(mode)
-            out["stubbed"] = _stub_gpu_only_modules()
+            out["stubbed"] = _stub_gpu_only_modules(script)
         _install_mirage_hooks(rec, mode)
         sys.argv = [script]
         sys.path.insert(0, os.path.dirname(script))
@@ -392,6 +407,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="per script and mode (s; default 900)")
     ap.add_argument("--work", help="work folder (default: a temporary one)")
     ap.add_argument("--json", help="write the results as JSON here")
+    ap.add_argument("--markdown", help="write the results table (with date, machine, load, command) here")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--mode", help=argparse.SUPPRESS)
     ap.add_argument("--report", help=argparse.SUPPRESS)
@@ -412,6 +428,7 @@ def main(argv=None) -> int:
     modes = ["build", "replay"] if a.build else ["strict", "deep"]
     cache = os.path.join(root, "cache")  # one search cache for the modes: the deep run reuses the results
     results = []
+    load0 = _load()
     for n in names:
         for m in modes:
             r = run_one(os.path.join(scripts_dir, n), m, os.path.join(root, "work", n.replace("/", "__")),
@@ -426,9 +443,23 @@ def main(argv=None) -> int:
     if a.json:
         with open(a.json, "w") as f:
             json.dump({**meta, "results": results}, f, indent=1)
-    print(f"\nreference commit {commit}\n")
-    print(table(results, modes))
+    text = table(results, modes)
+    print(f"\nreference commit {commit}\n\n{text}")
+    if a.markdown:
+        import platform
+
+        with open(a.markdown, "w") as f:
+            f.write(f"Reference: mirage-project/mirage at {commit}. Date: "
+                    f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Machine: {platform.node()} "
+                    f"({platform.machine()}, {os.cpu_count()} cores, no GPU). Load average (1 min) before / "
+                    f"after: {load0} / {_load()}. MIRAGE_SEARCH_TIME_LIMIT={a.time_limit:g}.\n"
+                    f"Command: `python benchmarks/mirage_scripts.py {' '.join(sys.argv[1:])}`\n\n{text}\n")
     return 0
+
+
+def _load() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
 
 
 def gpu_run(a) -> int:
@@ -447,14 +478,16 @@ def gpu_run(a) -> int:
         results.append(r)
         print(f"{n}: {_cell(r)}\n{r['tail'][-600:]}", flush=True)
     lines = [f"reference commit {built['commit']}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-             "| script | result | first launch of each μGraph vs numpy float64 (max error / max value) |",
-             "|---|---|---|"]
+             "| script | result | first launch of each μGraph vs numpy float64 (max error / max value) "
+             "| last lines printed |",
+             "|---|---|---|---|"]
     for r in results:
-        checks = "; ".join(f"{c['graph']} ({c['kernels']} kernels): " + ", ".join(
+        checks = "; ".join(f"{c['graph']} ({c['kernels']} kernels): " + c.get("error", "") + ", ".join(
             f"{o['rel_err']:.2e}" + (f" ({o['nonfinite_got']} non-finite, reference {o['nonfinite_ref']})"
                                      if o['nonfinite_got'] or o['nonfinite_ref'] else "")
             for o in c["outputs"]) for c in r["checks"]) or "—"
-        lines.append(f"| `{r['name']}` | {_cell(r).replace('|', '/')} | {checks} |")
+        printed = " / ".join(ln.strip() for ln in r["tail"].strip().splitlines()[-2:]).replace("|", "/")
+        lines.append(f"| `{r['name']}` | {_cell(r).replace('|', '/')} | {checks} | `{printed[-300:]}` |")
     text = "\n".join(lines)
     with open(os.path.join(root, "run.md"), "w") as f:
         f.write(text + "\n")
