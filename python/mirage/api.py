@@ -199,8 +199,9 @@ def prepare_call(self, inputs=None, *, outputs=None, stream=None, out=None, targ
         raise ValueError(f"{self.name}(inputs=...): {len(inputs)} tensors given, the graph has "
                          f"{len(self.inputs)} inputs")
     for k, (x, t) in enumerate(zip(inputs, self.inputs)):
-        if tuple(getattr(x, "shape", ())) != tuple(t.shape):
-            raise ValueError(f"{self.name}(inputs=...): input {k} has shape {tuple(getattr(x, 'shape', ()))}, "
+        shape = getattr(x, "shape", None)  # tensors and arrays; the runtime names anything else
+        if shape is not None and tuple(shape) != tuple(t.shape):
+            raise ValueError(f"{self.name}(inputs=...): input {k} has shape {tuple(shape)}, "
                              f"the graph's is {tuple(t.shape)}")
     from .cuda_program import target_for_cc
 
