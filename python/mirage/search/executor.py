@@ -11,7 +11,8 @@ the generator looks at both every 256 states and returns what it found so far.
 - `map_unordered(fn, args)`: the results as they come, at most `workers` running at a
   time, taken in the order of `args` (the most promising work items first);
 - `imap(fn, args)`: the results in order; its `next(timeout)` raises `TimeoutError`;
-- `stop()`: running calls return what they have, calls not started are not run;
+- `stop()`: running calls return what they have so far, later ones nothing (Ray does not
+  start them);
 - `terminate()`: abandon the calls in flight (their processes are killed);
 - `close()`.
 
