@@ -8,8 +8,10 @@ SMs (shared memory, compute); device memory saturates once about half the SMs st
 (min(1, 2α) for a single wave). Pre-defined kernels are assumed to fill the machine.
 
 - device-memory bytes: every block loads its input tiles (every iteration for inputs
-  that the loop slices; once otherwise) and stores its output tiles; pre-defined
-  kernels read their inputs and write their output once;
+  that the loop slices; once otherwise) and stores its output tiles; of an input tensor
+  that fits in half the L2 cache only the first read of each byte comes from device
+  memory, the blocks' repeated reads of replicated tiles from L2 (at the L2 bandwidth);
+  pre-defined kernels read their inputs and write their output once;
 - shared-memory traffic: every block op reads its operands and writes its result (per
   iteration in the loop; once for ops hoisted before it or run after it); ops fused into a thread graph keep
   their intermediates in registers, so only the group's operands and result count;
@@ -72,10 +74,27 @@ def mem_alpha(blocks: int, sms: int) -> float:
     return a if blocks > sms else min(1.0, 2.0 * a)
 
 
-def read_bound(blocks: int, read_bytes: float, dev: Target = DEFAULT) -> float:
+def split_reads(reads: float, tensor_bytes: float, dev: Target = DEFAULT) -> tuple[float, float]:
+    """(device-memory bytes, L2 bytes) of `reads` bytes that blocks read of a tensor of
+    `tensor_bytes`: one that fits in half the L2 comes from device memory once, the
+    repeated reads of replicated tiles from L2."""
+    once = min(reads, tensor_bytes) if tensor_bytes <= dev.l2_bytes // 2 else reads
+    return once, reads - once
+
+
+def read_time(blocks: int, dram: float, l2: float, dev: Target = DEFAULT) -> float:
+    return dram / (dev.dram_bw * mem_alpha(blocks, dev.sms)) + l2 / (dev.l2_bw * alpha(blocks, dev.sms))
+
+
+def read_bound(blocks: int, reads, dev: Target = DEFAULT) -> float:
     """A lower bound of the cost-model time of a graph-defined kernel of `blocks` blocks
-    whose blocks read `read_bytes` from device memory in all: its launch plus that read."""
-    return dev.launch + read_bytes / (dev.dram_bw * mem_alpha(blocks, dev.sms))
+    whose blocks read `reads` = [(bytes read in all, bytes of the tensor)]: its launch
+    plus those reads."""
+    dram = l2 = 0.0
+    for r, t in reads:
+        d, c = split_reads(r, t, dev)
+        dram, l2 = dram + d, l2 + c
+    return dev.launch + read_time(blocks, dram, l2, dev)
 
 
 def cost(g: KNGraph, dev: Target = DEFAULT) -> Cost:
@@ -100,12 +119,13 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
     blocks = prod(tb.grid_dim)
     iters = tb.forloop_range
     dram = 0.0
+    l2 = 0.0
     smem = 0.0
-    for rec in tb.inputs:
+    for rec, t in zip(tb.inputs, op.inputs):
         n = iters if rec.forloop_dim != -1 else 1
-        per = _bytes(rec.stensor)
-        dram += per * n * blocks
-        smem += per * n * blocks
+        reads = _bytes(rec.stensor) * n * blocks
+        d, c = split_reads(reads, _bytes(t), dev)
+        dram, l2, smem = dram + d, l2 + c, smem + reads
     for o in tb.outputs:
         dram += _bytes(o.stensor) * (iters if o.forloop_dim != -1 else 1) * blocks
     tc, simt = 0.0, 0.0
@@ -127,6 +147,6 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
                 simt += fl
     a = alpha(blocks, dev.sms)
     # shared memory and compute scale with the busy SMs
-    t = dev.launch + max(dram / (dev.dram_bw * mem_alpha(blocks, dev.sms)), smem / (dev.smem_bw * a),
-                         tc / (dev.tensor_flops * a) + simt / (dev.simt_flops * a))
+    t = dev.launch + max(read_time(blocks, dram, l2, dev),
+                         smem / (dev.smem_bw * a), tc / (dev.tensor_flops * a) + simt / (dev.simt_flops * a))
     return KernelCost("graph_def", blocks, dram, smem, tc + simt, a, t)

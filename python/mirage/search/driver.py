@@ -125,9 +125,10 @@ def item_bound(gen: Generator, item, device: Target = DEFAULT) -> float:
     _, I, s = item
     xs = gen.ref.inputs  # the first kernel reads program inputs only
     blocks = prod(s.grid)
-    read = sum(prod(xs[i].shape) * xs[i].dtype.itemsize // prod(n for n, d in zip(s.grid, imap) if d != -1)
-               for i, (imap, _) in zip(I, s.maps)) * blocks
-    return read_bound(blocks, read, device)
+    size = [prod(x.shape) * x.dtype.itemsize for x in xs]
+    reads = [(size[i] // prod(n for n, d in zip(s.grid, imap) if d != -1) * blocks, size[i])
+             for i, (imap, _) in zip(I, s.maps)]
+    return read_bound(blocks, reads, device)
 
 
 # -- driver --------------------------------------------------------------------------------
