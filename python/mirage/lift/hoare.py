@@ -92,6 +92,8 @@ class SizeEvaluator(Evaluator):
         self.pid = hz.pids
         self.loads: list = []  # (arg, offset, mask, where)
         self.stores: list = []  # (arg, offset, value, mask, where, lane index)
+        self.accumulators: list = []  # Accumulator, one per loop-carried value of a size-dependent loop
+        self.guard = None  # inside such a loop: 0 <= k < trip count
 
     # -- scalars and control --
     def truth(self, e, env) -> bool:
@@ -99,6 +101,70 @@ class SizeEvaluator(Evaluator):
         if isinstance(v, Data) or _is_z3(v) or (isinstance(v, np.ndarray) and v.dtype == object):
             raise Unsupported(f"{self.where(e)}: a branch that depends on a size or on data")
         return bool(v)
+
+    def for_loop(self, s, env):
+        """A loop whose trip count depends on a size is not unrolled: its body runs once
+        for a symbolic iteration k (0 <= k < trip count) on fresh values of the
+        loop-carried variables, each of which must be an accumulator (new = old + delta);
+        after the loop it is D(K), D defined by recursion (D(0) = its value before the
+        loop, D(j+1) = D(j) + delta(j)). `prove_grid_loop` relates D to the formula's
+        reductions by induction over k (the invariant of §4.2 for accumulators)."""
+        z3 = self.z3
+        it = s.iter
+        if not isinstance(it, ast.Call) or not isinstance(s.target, ast.Name):
+            return super().for_loop(s, env)
+        bounds = [self.expr(a, env) for a in it.args[:3]]
+        if not any(_is_z3(b) for b in bounds):
+            return super().for_loop(s, env)
+        if self.guard is not None:
+            raise Unsupported(f"{self.where(s)}: nested loops with size-dependent trip counts")
+        start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (bounds + [1])[:3]
+        if _is_z3(start) or _is_z3(step) or int(step) <= 0:
+            raise Unsupported(f"{self.where(s)}: a loop whose start or step depends on a size")
+        uid = len(self.accumulators) + len(self.hz.loops)
+        k = z3.Int(f"k{uid}")
+        trips = (stop - start + int(step) - 1) / int(step)
+        self.hz.loops.append((k, trips, start, int(step), stop))
+        carried = [n for n in _assigned(s.body) if n in env]
+        fresh = {}
+        for name in carried:
+            v = env[name]
+            if not isinstance(v, Data):
+                raise Unsupported(f"{self.where(s)}: the loop carries '{name}', which is not data")
+            fresh[name] = Data(np.array([z3.FreshReal(f"{name}_") for _ in range(v.a.size)], dtype=object)
+                               .reshape(v.a.shape))
+        init = {name: env[name] for name in carried}
+        env.update(fresh)
+        env[s.target.id] = start + k * int(step)
+        self.guard = z3.And(k >= 0, k < trips)
+        n_stores = len(self.stores)
+        try:
+            self.block(s.body, env)
+        finally:
+            self.guard = None
+        if len(self.stores) != n_stores:
+            raise Unsupported(f"{self.where(s)}: a store inside a loop with a size-dependent trip count")
+        j = z3.Int(f"j{uid}")
+        for name in carried:
+            new, old, base = env[name], fresh[name], init[name]
+            if not isinstance(new, Data) or new.a.shape != old.a.shape:
+                raise Unsupported(f"{self.where(s)}: '{name}' changes shape in the loop")
+            finals = np.empty(old.a.shape, dtype=object)
+            fns = []
+            for idx in np.ndindex(*old.a.shape):
+                delta = _increment(z3, new.a[idx], old.a[idx])
+                if delta is None or _mentions(delta, [f for v in fresh.values() for f in v.a.flat]):
+                    raise Unsupported(f"{self.where(s)}: '{name}' is not an accumulator (new = old + delta)")
+                D = z3.Function(f"{name}_{uid}_{'_'.join(map(str, idx))}", z3.IntSort(), z3.RealSort())
+                self.hz.define(D, j, z3.If(j <= 0, base.a[idx], D(j - 1) + z3.substitute(delta, (k, j - 1))))
+                finals[idx] = D(trips)
+                fns.append(D)
+            self.accumulators.append((name, fns, self.hz.loops[-1]))
+            env[name] = Data(finals)
+        for name in _assigned(s.body) + [s.target.id]:  # their values at iteration k mean nothing after it
+            if name not in carried:
+                env.pop(name, None)
+        self.trace.loops.append((self.where(s), "symbolic"))
 
     def concrete_int(self, e, env, what):
         v = self.expr(e, env)
@@ -152,7 +218,7 @@ class SizeEvaluator(Evaluator):
         if not any(_is_z3(x) for x in _obj(a).flat) and not any(_is_z3(x) for x in _obj(b).flat):
             return super().binop(e, op, a, b)
         z3 = self.z3
-        f = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y, ast.Mult: lambda x, y: x * y,
+        f = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y, ast.Mult: self.hz.mul,
              ast.FloorDiv: lambda x, y: x / y if _is_z3(x) or _is_z3(y) else x // y,
              ast.Mod: lambda x, y: x % y,
              ast.BitAnd: lambda x, y: z3.And(_b(z3, x), _b(z3, y)), ast.BitOr: lambda x, y: z3.Or(_b(z3, x), _b(z3, y)),
@@ -257,6 +323,7 @@ class SizeEvaluator(Evaluator):
         return np.broadcast_to(_obj(mask), shape)
 
     def load(self, e, ptr, mask=None, other=None, **_):
+        z3 = self.z3
         if not isinstance(ptr, Ptr):
             raise Unsupported(f"{self.where(e)}: tl.load of a non-pointer")
         off = _obj(ptr.off)
@@ -266,7 +333,8 @@ class SizeEvaluator(Evaluator):
         out = np.empty(off.shape, dtype=object)
         for idx in np.ndindex(*off.shape):
             mv = m[idx]
-            self.loads.append((ptr.arg, off[idx], mv, self.where(e)))
+            guard = mv if self.guard is None else z3.And(self.guard, _b(self.z3, mv))
+            self.loads.append((ptr.arg, off[idx], guard, self.where(e)))
             val = fn(off[idx])
             if mv is True or (not _is_z3(mv) and bool(mv)):
                 out[idx] = val
@@ -288,6 +356,46 @@ class SizeEvaluator(Evaluator):
             self.stores.append((ptr.arg, off[idx], val[idx], m[idx], site, idx))
 
 
+def _assigned(stmts) -> list:
+    """Names a block assigns (in order, once each)."""
+    out = []
+    for st in stmts:
+        for node in ast.walk(st):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name) and n.id not in out:
+                        out.append(n.id)
+    return out
+
+
+def _increment(z3, new, old):
+    """delta where new is old + delta (or old itself: delta 0); None otherwise."""
+    if new.eq(old):
+        return z3.RealVal(0)
+    if z3.is_add(new):
+        kids = new.children()
+        rest = [c for c in kids if not c.eq(old)]
+        if len(rest) == len(kids) - 1:
+            return z3.Sum(rest) if len(rest) > 1 else rest[0]
+    return None
+
+
+def _mentions(e, consts) -> bool:
+    names = {str(c) for c in consts}
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if x.get_id() in seen:
+            continue
+        seen.add(x.get_id())
+        if x.num_args() == 0 and str(x) in names:
+            return True
+        stack.extend(x.children())
+    return False
+
+
 def _b(z3, x):
     return x if _is_z3(x) else z3.BoolVal(bool(x))
 
@@ -303,6 +411,11 @@ class HoareSetup:
         self.pre: list = []  # preconditions on the sizes
         self.bounded: list = []  # sizes a reduction bounds by BLOCK
         self.bound_args: list = []  # "param = size" for the integer arguments taken as sizes
+        self.loops: list = []  # (k, trip count, start, step, stop) of the size-dependent loops
+        self.recursive: dict = {}  # reductions of the formula defined by recursion (with such loops)
+        self.definitions: dict = {}  # name -> (parameter, body) of the recursively defined functions
+        self.products: dict = {}  # size x size products as named integers (see mul)
+        self.defs: list = []  # their definitions
         values = sorted({d for b in trace.buffers.values() for d in b.shape if d > 1})
         self.size = {v: z3.Int(f"n{v}") for v in values}  # one symbol per launched size (> 1)
         for v, s in self.size.items():
@@ -337,6 +450,35 @@ class HoareSetup:
             self.pre += [self.pids[a] >= 0, self.pids[a] < self.grid_syms[a]]
         self.trace_stub = type("T", (), {"loops": []})()
 
+    def define(self, f, param, body):
+        """A recursive definition f(param) = body, kept beside an uninterpreted f: proofs
+        add the instances they need (`instance`), which Z3 handles far better than
+        unfolding recursive functions (it gave up on sum(acc) = R(n) for a chunked row)."""
+        self.definitions[f.name()] = (param, body)
+
+    def instance(self, app):
+        """f(a) = body[param := a] for an application f(a) of a defined f."""
+        param, body = self.definitions[app.decl().name()]
+        return app == self.z3.substitute(body, (param, app.arg(0)))
+
+    def mul(self, a, b):
+        """a * b; a product of two non-constant integers (a row times a stride) becomes one
+        named integer, defined in `defs`, so that addresses stay linear: the induction
+        proofs of accumulator loops then hold for any value of it (and so for the
+        product), and only the bounds obligations need the definition."""
+        z3 = self.z3
+        if not (_is_z3(a) and _is_z3(b)):
+            return a * b
+        a, b = z3.simplify(a), z3.simplify(b)
+        if z3.is_int_value(a) or z3.is_int_value(b):
+            return a * b
+        key = tuple(sorted((a.sexpr(), b.sexpr())))
+        if key not in self.products:
+            v = z3.Int(f"prod{len(self.products)}")
+            self.products[key] = v
+            self.defs.append(v == a * b)
+        return self.products[key]
+
     def scalar(self, value):
         """A launch scalar under symbolic sizes: an int equal to a size is that size."""
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and int(value) in self.size:
@@ -360,7 +502,7 @@ def pointwise(hz: HoareSetup, t, coords):
         dims = hz.dims[name]
         flat = z3.IntVal(0)
         for c, d, n in zip(at(t, coords), dims, shape):
-            flat = flat * d + (c if n > 1 else 0)
+            flat = hz.mul(flat, d) + (c if n > 1 else 0)
         return hz.arrays[name](flat)
     if op == "constant":
         v = float(t.attr("value"))
@@ -386,6 +528,21 @@ def pointwise(hz: HoareSetup, t, coords):
         n = child.shape[d]
         if n == 1:
             return pointwise(hz, child, at(child, coords))
+        if hz.loops:  # R(m) = R(m-1) + g(m-1): the sum over a size-dependent dim
+            key = (id(t), tuple(str(c) for c in coords))
+            if key not in hz.recursive:
+                m = z3.Int(f"r{len(hz.recursive)}")
+                cs = list(at(child, coords))
+                cs[d] = m - 1
+                before = len(ar.side)
+                g = pointwise(hz, child, cs)
+                if len(ar.side) > before:
+                    raise Unsupported("a reduction whose terms divide or take roots, under size-dependent loops")
+                R = z3.Function(f"R{len(hz.recursive)}", z3.IntSort(), z3.RealSort())
+                hz.define(R, m, z3.If(m <= 0, ar.real(0), R(m - 1) + g))
+                hz.recursive[key] = (R, hz.size[n])
+            R, size = hz.recursive[key]
+            return R(size)
         if hz.block_max is None or n > hz.block_max:
             raise Unsupported(f"a reduction over {n} elements with no BLOCK that covers it")
         hz.pre.append(hz.size[n] <= hz.block_max)
@@ -440,6 +597,49 @@ def _coords(z3, A, pids, lane):
             for c in range(A.shape[0])]
 
 
+def _accumulator_lemmas(z3, hz, ev, side, deadline) -> list:
+    """For each accumulator of a size-dependent loop whose lanes the kernel sums, and
+    each recursively defined reduction R of the formula over the loop's bound: by
+    induction over the iteration k, sum_lanes D(k) = R(min(start + k * step, stop))
+    (base k = 0; step k -> k + 1, Z3 unfolding D once and R up to `step` times), and
+    min(start + K * step, stop) = stop for the trip count K; then sum_lanes D(K) = R(stop)
+    is added to what the obligations may assume. Lemmas proved earlier are assumed by
+    later ones (LayerNorm's variance loop uses the mean)."""
+    lemmas = []
+
+    def valid(f, instances) -> bool:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return False
+        s = z3.Solver()
+        s.set("timeout", max(1, int(min(left, 30.0) * 1000)))
+        s.add(*hz.pre, *side, *lemmas, *instances, z3.Not(f))
+        return s.check() == z3.unsat
+
+    for name, fns, (k, trips, start, step, stop) in ev.accumulators:
+        def total(x):
+            return z3.Sum([D(x) for D in fns]) if len(fns) > 1 else fns[0](x)
+
+        def upto(x):
+            return z3.If(x < stop, x, stop)
+
+        kk = z3.Int(f"kk_{name}")
+        for R, size in hz.recursive.values():
+            if not z3.eq(z3.simplify(size), z3.simplify(stop)):
+                continue
+            r0, r1 = upto(z3.IntVal(start) + kk * step), upto(z3.IntVal(start) + (kk + 1) * step)
+            base = [hz.instance(D(z3.IntVal(0))) for D in fns] + [hz.instance(R(upto(z3.IntVal(start))))]
+            # D once at k + 1; R `step` times down from its argument at k + 1 (a chunk adds
+            # at most `step` terms), every instance true by definition
+            step_inst = [hz.instance(D(kk + 1)) for D in fns] + \
+                [hz.instance(R(r1 - i)) for i in range(step + 1)]
+            if valid(total(z3.IntVal(0)) == R(upto(z3.IntVal(start))), base) and \
+                    valid(z3.Implies(z3.And(kk >= 0, total(kk) == R(r0)), total(kk + 1) == R(r1)), step_inst) and \
+                    valid(z3.And(trips >= 0, upto(start + trips * step) == stop), []):
+                lemmas.append(total(trips) == R(stop))
+    return lemmas
+
+
 def prove_grid_loop(kernel, trace, args, constexprs, terms, outputs, timeout_ms: int = 60000) -> Proof:
     t0 = time.perf_counter()
     try:
@@ -491,7 +691,7 @@ def _prove(kernel, trace, args, constexprs, terms, outputs, timeout_ms, t0) -> P
         dims = hz.dims[arg]
         flat = z3.IntVal(0)
         for c, d in zip(coords, dims):
-            flat = flat * d + c
+            flat = hz.mul(flat, d) + c
         F = pointwise(hz, terms[outputs.index(arg)], coords)
         in_range = z3.And(*[z3.And(c >= 0, c < d) for c, d in zip(coords, dims)])
         obligations.append((f"store into {arg} lane {lane} at {site}: in bounds, at its template, writes F",
@@ -524,6 +724,8 @@ def _prove(kernel, trace, args, constexprs, terms, outputs, timeout_ms, t0) -> P
         cover = z3.Implies(z3.And(*[z3.And(c >= 0, c < d) for c, d in zip(cs, dims)]), z3.Or(*cases))
         obligations.append((f"every element of {arg} is written (exit)", cover))
     side = list(ar.side)
+    lemmas = _accumulator_lemmas(z3, hz, ev, side, deadline)
+    side += lemmas
     # a dim bounded by BLOCK (a reduced row) is split into its cases 1..BLOCK, each
     # substituted and simplified: Z3 then sees linear addresses and equal sqrt arguments;
     # the other sizes and the program ids stay symbolic
@@ -533,7 +735,7 @@ def _prove(kernel, trace, args, constexprs, terms, outputs, timeout_ms, t0) -> P
     cases = list(itertools.product(*[range(1, hz.block_max + 1) for _ in bounded])) if bounded else [()]
     for case in cases:  # contradictory assumptions would prove anything
         sub = [(sym, z3.IntVal(v)) for (_, sym), v in zip(bounded, case)]
-        goal = [*hz.pre, *side]
+        goal = [*hz.pre, *hz.defs, *side]
         solver.push()
         solver.set("timeout", max(1, int((deadline - time.perf_counter()) * 1000)))
         solver.add(*([z3.simplify(z3.substitute(g, *sub)) for g in goal] if sub else goal))
@@ -549,7 +751,7 @@ def _prove(kernel, trace, args, constexprs, terms, outputs, timeout_ms, t0) -> P
                 return Proof("grid loop (Hoare)", "hoare", "unknown", "all sizes", time.perf_counter() - t0,
                              f"time limit reached before: {what}")
             sub = [(sym, z3.IntVal(v)) for (_, sym), v in zip(bounded, case)]
-            goal = [*hz.pre, *side, z3.Not(f)]
+            goal = [*hz.pre, *hz.defs, *side, z3.Not(f)]
             if sub:
                 goal = [z3.simplify(z3.substitute(g, *sub)) for g in goal]
             solver.push()
@@ -566,7 +768,8 @@ def _prove(kernel, trace, args, constexprs, terms, outputs, timeout_ms, t0) -> P
     names = ", ".join(f"{n}{list(d)}" for n, d in hz.dims.items())
     grid = ", ".join(str(g) for g in hz.grid_syms[:len(trace.grid)])
     args_s = "; ".join(hz.bound_args)
+    detail_loops = f"; {len(lemmas)} accumulator invariant(s) proved by induction" if lemmas else ""
     return Proof("grid loop (Hoare)", "hoare", "proved",
                  f"all sizes ({names}; grid ({grid}); {args_s + '; ' if args_s else ''}assuming {', '.join(pre)})",
                  time.perf_counter() - t0, f"{len(obligations)} obligations discharged by Z3"
-                 + (f" (each for {len(cases)} cases of the row length)" if bounded else ""))
+                 + (f" (each for {len(cases)} cases of the row length)" if bounded else "") + detail_loops)
