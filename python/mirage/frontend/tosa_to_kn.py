@@ -425,7 +425,7 @@ class _Builder:
         repeats each of `kv` heads `r` times; the batched matmul then multiplies query head
         `g*r + j` by copy j of KV head g. With `b` = reshape([transpose](reshape(repeat(X))))
         of that form (X: [n, kv, 1, s, d], repeats (1, 1, r, 1, 1), batch n*kv*r), the
-        same product is `a` regrouped as [n*kv, r*L, k] times X as [n*kv, s, d] (transposed
+        same product is `a` regrouped as [n, kv, r*L, k] times X as [n, kv, s, d] (transposed
         when `b` was), reshaped back: no repeat, each KV head read once."""
         if b.kind != "reshape" or len(b.shape) != 3 or len(a.shape) != 3:
             return None
@@ -442,10 +442,11 @@ class _Builder:
         if one != 1 or reps != (1, 1, r, 1, 1) or b.shape != (n * kv * r,) + ((d, s_) if swap else (s_, d)):
             return None
         ell, k = a.shape[1], a.shape[2]
-        kvs = self.reshape(src, (n * kv, s_, d), src)
+        # batch dims (n, kv) kept apart: X is then the KV cache as it is (no reshape of it)
+        kvs = self.reshape(src, (n, kv, s_, d), src)
         if swap:
-            kvs = self.kn("transpose", [kvs], src, permutation=(0, 2, 1))
-        prod = self.kn("matmul", [self.reshape(a, (n * kv, r * ell, k), src), kvs], src)
+            kvs = self.kn("transpose", [kvs], src, permutation=(0, 1, 3, 2))
+        prod = self.kn("matmul", [self.reshape(a, (n, kv, r * ell, k), src), kvs], src)
         self.rewrites.append("matmul by repeat_kv's copies -> grouped matmul (each KV head read once)")
         return self.reshape(prod, (n * kv * r, ell, prod.shape[-1]), src)
 
