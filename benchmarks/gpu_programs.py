@@ -90,19 +90,60 @@ def build(a) -> int:
     return 1 if failed else 0
 
 
-def run(a) -> int:
+def check_and_time(run_dir: str, name: str, variants, fn, inputs, in_bytes: int) -> dict:
+    """Each bundle `<run_dir>/<name>_<variant>` there is, checked against fp32 `fn` on fresh
+    `inputs()` (NaN-poisoned output, launched twice), then timed replayed from CUDA graphs
+    with inputs rotating over sets spanning 4x the L2 cache; then PyTorch on the same sets:
+    eager, torch.compile, torch.compile in a CUDA graph. Returns {"cols": {variant: us,
+    err, chosen (a variant bundle's pick), kernels}, "eager", "compile", "compile_graph",
+    "sets", "graphed", "out_numel"}."""
     import torch
 
     import mirage.runtime as rt
-    from gpu_bench import bench_fn, copy_bandwidth, graphed, versions_line, _write_table
+    from gpu_bench import bench_fn, graphed
     from gpu_check import rel_err
+
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+    n_sets = max(1, min(16, int(np.ceil(4 * l2 / in_bytes))))
+    sets = [inputs() for _ in range(n_sets)]
+    ref0 = fn(*[x.float() for x in sets[0]])
+    outs = [torch.empty(ref0.shape, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
+    r = {"name": name, "cols": {}, "sets": sets, "out_numel": ref0.numel(),
+         "graphed": lambda f: bench_fn(graphed(lambda i: f(*sets[i]), n_sets), n_sets)}
+    for v in variants:
+        path = os.path.join(run_dir, f"{name}_{v}")
+        if not os.path.isdir(path):
+            continue
+        k = rt.load(path)
+        xs = inputs()
+        o = torch.full(ref0.shape, float("nan"), dtype=torch.float16, device="cuda")
+        k(*xs, out=[o])
+        k(*xs, out=[o])
+        torch.cuda.synchronize()
+        err = rel_err(o, fn(*[x.float() for x in xs]))
+        us = bench_fn(graphed(lambda i: k(*sets[i], out=[outs[i]]), n_sets), n_sets)
+        chosen = getattr(k, "report", {}).get("variant", "")
+        kernels = len(rt.load_bundle(os.path.join(path, chosen) if chosen else path).manifest.kernels)
+        r["cols"][v] = dict(us=us, err=err, chosen=chosen, kernels=kernels)
+        print(f"{name:24s} {v:11s} {us:8.1f} µs  {kernels} kernel(s)" + (f" ({chosen})" if chosen else "")
+              + f"  err {err:.1e}", flush=True)
+    r["eager"] = bench_fn(lambda i: fn(*sets[i]), n_sets)
+    cfn = torch.compile(fn, dynamic=False)
+    r["compile"] = bench_fn(lambda i: cfn(*sets[i]), n_sets)
+    r["compile_graph"] = r["graphed"](cfn)
+    return r
+
+
+def run(a) -> int:
+    import torch
+
+    from gpu_bench import copy_bandwidth, versions_line, _write_table
     from programs import PROGRAMS
 
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True
     defs = torch_programs()
     rng = np.random.default_rng()
     props = torch.cuda.get_device_properties(0)
-    l2 = getattr(props, "L2_cache_size", 50 << 20)
     bw = copy_bandwidth()
     rows = []
     for name, p in PROGRAMS.items():
@@ -115,31 +156,9 @@ def run(a) -> int:
                     for s, c in zip(shapes, scales)]
 
         in_bytes = sum(int(np.prod(s)) * 2 for s in shapes)
-        n_sets = max(1, min(16, int(np.ceil(4 * l2 / in_bytes))))
-        sets = [inputs() for _ in range(n_sets)]
-        ref0 = fn(*[x.float() for x in sets[0]])
-        outs = [torch.empty(ref0.shape, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
-        r = {"name": name, "cols": {}}
-        for v in ("search", "search-smem", "reference"):
-            path = os.path.join(a.run, f"{name}_{v}")
-            if not os.path.isdir(path):
-                continue
-            k = rt.load(path)
-            xs = inputs()
-            o = torch.full(ref0.shape, float("nan"), dtype=torch.float16, device="cuda")
-            k(*xs, out=[o])
-            k(*xs, out=[o])
-            torch.cuda.synchronize()
-            err = rel_err(o, fn(*[x.float() for x in xs]))
-            us = bench_fn(graphed(lambda i: k(*sets[i], out=[outs[i]]), n_sets), n_sets)
-            r["cols"][v] = dict(us=us, err=err, kernels=len(rt.load_bundle(path).manifest.kernels))
-            print(f"{name:24s} {v:10s} {us:8.1f} µs  {r['cols'][v]['kernels']} kernel(s)  err {err:.1e}", flush=True)
-        r["eager"] = bench_fn(lambda i: fn(*sets[i]), n_sets)
-        cfn = torch.compile(fn, dynamic=False)
-        r["compile"] = bench_fn(lambda i: cfn(*sets[i]), n_sets)
-        r["compile_graph"] = bench_fn(graphed(lambda i: cfn(*sets[i]), n_sets), n_sets)
+        r = check_and_time(a.run, name, ("search", "search-smem", "reference"), fn, inputs, in_bytes)
         r["best_torch"] = min(r["eager"], r["compile"], r["compile_graph"])
-        r["floor"] = (in_bytes + ref0.numel() * 2) / bw * 1e6
+        r["floor"] = (in_bytes + r["out_numel"] * 2) / bw * 1e6
         rows.append(r)
         print(f"{name:24s} eager {r['eager']:.1f}  compile {r['compile']:.1f}  compile+graph "
               f"{r['compile_graph']:.1f}  floor {r['floor']:.1f} µs", flush=True)

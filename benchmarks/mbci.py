@@ -106,12 +106,10 @@ def run(a) -> int:
     import torch
     import torch.nn.functional as F
 
-    import mirage.runtime as rt
-    from gpu_bench import _write_table, bench_fn, graphed, versions_line
-    from gpu_check import rel_err
+    from gpu_bench import _write_table, versions_line
+    from gpu_programs import check_and_time
 
     props = torch.cuda.get_device_properties(0)
-    l2 = getattr(props, "L2_cache_size", 50 << 20)
     rng = np.random.default_rng()
     rows = []
     for name in a.rows:
@@ -131,36 +129,13 @@ def run(a) -> int:
             return [torch.from_numpy(rng.standard_normal(s) * c).to("cuda", torch.float16) for s, c in zip(shapes, cs)]
 
         in_bytes = sum(int(np.prod(s)) * 2 for s in shapes)
-        n_sets = max(1, min(16, int(np.ceil(4 * l2 / in_bytes))))
-        sets = [inputs() for _ in range(n_sets)]
-        ref0 = fn(*[x.float() for x in sets[0]])
-        outs = [torch.empty(ref0.shape, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
-        r = {"name": name, "info": info, "cols": {}}
-        for v in ("search-top", "search", "reference"):
-            path = os.path.join(a.run, f"{name}_{v}")
-            if not os.path.isdir(path):
-                continue
-            k = rt.load(path)
-            xs = inputs()
-            o = torch.full(ref0.shape, float("nan"), dtype=torch.float16, device="cuda")
-            k(*xs, out=[o])
-            k(*xs, out=[o])
-            torch.cuda.synchronize()
-            err = rel_err(o, fn(*[x.float() for x in xs]))
-            us = bench_fn(graphed(lambda i: k(*sets[i], out=[outs[i]]), n_sets), n_sets)
-            chosen = getattr(k, "report", {}).get("variant", "")
-            r["cols"][v] = dict(us=us, err=err, chosen=chosen,
-                                kernels=len(rt.load_bundle(os.path.join(path, chosen) if chosen else path).manifest.kernels))
-            print(f"{name:4s} {v:10s} {us:8.1f} us  {r['cols'][v]['kernels']} kernel(s)  err {err:.1e}", flush=True)
-        r["eager"] = bench_fn(lambda i: fn(*sets[i]), n_sets)
-        cfn = torch.compile(fn, dynamic=False)
-        r["compile"] = bench_fn(lambda i: cfn(*sets[i]), n_sets)
-        r["compile_graph"] = bench_fn(graphed(lambda i: cfn(*sets[i]), n_sets), n_sets)
+        r = check_and_time(a.run, name, ("search-top", "search", "reference"), fn, inputs, in_bytes)
+        r["info"] = info
         if attn:
-            sd = lambda x, y, z: F.scaled_dot_product_attention(x, y.transpose(-1, -2), z)  # noqa: E731
-            r["sdpa"] = bench_fn(graphed(lambda i: sd(*sets[i]), n_sets), n_sets)
+            r["sdpa"] = r["graphed"](lambda x, y, z: F.scaled_dot_product_attention(x, y.transpose(-1, -2), z))
         r["best_torch"] = min(r[k] for k in ("eager", "compile", "compile_graph", "sdpa") if k in r)
         rows.append(r)
+
     def user(r):  # what a user of the ahead-of-time flow gets: the runtime's pick among the verified
         return r["cols"].get("search-top") or r["cols"]["search"]
 
