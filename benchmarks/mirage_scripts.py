@@ -7,13 +7,14 @@ a child process as `python script.py` would run it (its own folder first on sys.
 no arguments, `__name__ == "__main__"`, a fresh working directory), with this
 implementation importable as `mirage`.
 
-    --cpu            (default) on a machine without a GPU, each script runs twice:
+    (no option)      on a machine without a GPU, each script runs twice:
                      "strict" stops it at its first CUDA use (a torch CUDA tensor, .cuda(),
                      torch.cuda.*, a μGraph launch g(inputs=...)); "deep" places the
                      script's CUDA tensors on the CPU instead and stops it at the first
                      thing that needs a GPU to run (a μGraph launch, torch.cuda.synchronize,
                      CUDA events and streams, a call into flash_attn / flashinfer), after
-                     checking that the launch's arguments are accepted. Writes a table.
+                     checking that the launch's arguments are accepted. Prints a table
+                     (--markdown FILE, --json FILE write it; --only PART picks scripts).
     --build DIR      as deep, but each μGraph launch compiles the graph (once) to a PTX
                      bundle (sm_90) and returns zeros, so the script goes on to its next
                      launch; then a "replay" pass hides MLIR, as on a GPU machine without
