@@ -54,8 +54,26 @@ class DecodeStep(torch.nn.Module):
 
     def forward(self, hidden, cos, sin, past_k, past_v):
         cache = new_cache(self.cfg, past_k, past_v)
-        out = self.layer(hidden, position_embeddings=(cos, sin), past_key_values=cache, use_cache=True)
+        out = self.layer(hidden, position_embeddings=(cos, sin), use_cache=True, **{_CACHE_ARG: cache})
+        if isinstance(out, tuple):  # transformers 4.x returns (hidden_states, ...)
+            out = out[0]
         return (out,) + cache_tensors(cache)
+
+
+def _cache_arg() -> str:
+    """The decoder layers' name of the cache argument (transformers 4.x: `past_key_value`)."""
+    import inspect
+
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    params = inspect.signature(LlamaDecoderLayer.forward).parameters
+    return "past_key_values" if "past_key_values" in params else "past_key_value"
+
+
+try:
+    _CACHE_ARG = _cache_arg()
+except ImportError:  # no transformers: the module still imports (its users say what is missing)
+    _CACHE_ARG = "past_key_values"
 
 
 def new_cache(cfg, keys, values):
@@ -102,7 +120,7 @@ def decode_inputs(family: str, cfg, batch: int, context: int, dtype=torch.float3
     """(hidden, cos, sin, past_k, past_v) for one new token after `context` cached ones."""
     rng = np.random.default_rng(seed)
     hidden = _randn(rng, (batch, 1, cfg.hidden_size)).to(dtype)
-    rot = _family(family)[2](cfg)
+    rot = _family(family)[2](config=cfg)
     cos, sin = rot(hidden, torch.full((batch, 1), context))
     kv = (batch, cfg.num_key_value_heads, context, cfg.head_dim)
     past_k = _randn(rng, kv).to(dtype)
