@@ -12,12 +12,15 @@ from mirage.lift.corpus import CASES, case
 # float64 graph against float64 numpy: only summation order differs
 RTOL, ATOL = 1e-10, 1e-12
 
-# kernels whose launch grid the Hoare-logic step cannot take to all sizes, and why
+# kernels the Hoare-logic step does not take to all sizes: (status, why)
 NOT_ALL_SIZES = {
-    "row_max": "infinite constant", "softmax": "infinite constant",
-    "rmsnorm_chunked": "a store inside a loop", "layernorm_chunked": "a store inside a loop",
-    "matmul": "tl.dot under symbolic sizes", "matmul_bias_relu": "tl.dot under symbolic sizes",
-    "matmul_bias_gelu": "tl.dot under symbolic sizes",
+    "row_max": ("not attempted", "infinite constant"), "softmax": ("not attempted", "infinite constant"),
+    "matmul": ("not attempted", "tl.dot under symbolic sizes"),
+    "matmul_bias_relu": ("not attempted", "tl.dot under symbolic sizes"),
+    "matmul_bias_gelu": ("not attempted", "tl.dot under symbolic sizes"),
+    # both accumulator invariants are proved; Z3 gives up on the final store (squares of a
+    # difference with a mean under sqrt): reported as unknown, never as refuted
+    "layernorm_chunked": ("unknown", "obligation failed"),
 }
 
 
@@ -39,11 +42,14 @@ def test_corpus_kernel_lifts_and_verifies(c):
     assert by["field"].status == ("not applicable" if c.name == "leaky_relu" else "passed"), r.report()
     hoare = by["hoare"]
     if c.name in NOT_ALL_SIZES:
-        assert hoare.status == "not attempted" and NOT_ALL_SIZES[c.name] in hoare.detail
+        status, why = NOT_ALL_SIZES[c.name]
+        assert hoare.status == status and why in hoare.detail, hoare
         assert not r.all_sizes and "yes, for the launched sizes" in r.report()
     else:
         assert hoare.status == "proved", r.report()
         assert r.all_sizes and hoare.scope.startswith("all sizes") and "yes, for all sizes" in r.report()
+        if c.name in ("row_mean_chunked", "rmsnorm_chunked"):  # loops of cdiv(n_cols, BLOCK) chunks
+            assert "accumulator invariant(s) proved by induction" in hoare.detail and "<=" not in hoare.scope
     assert r.formula == c.formula
     # fresh random inputs (never zeros), positive where the formula needs it (rsqrt)
     ins = [rng.standard_normal(a.shape) for a in _arrays_read(args, r, c.kernel)]
@@ -70,8 +76,9 @@ def test_all_sizes_scope_states_its_preconditions():
 
 
 def test_chunked_row_loop_is_proved_for_every_row_length():
-    """A loop over the row in BLOCK chunks (trip count cdiv(n_cols, BLOCK)): its
-    accumulator invariant is proved by induction, with no bound on the row length."""
+    """A loop over the row in BLOCK chunks (trip count cdiv(n_cols, BLOCK)): the
+    accumulator's invariant is proved by induction, with no bound on the row length
+    (rmsnorm_chunked, also a store loop, is checked the same way in the corpus test)."""
     c = case("row_mean_chunked")
     r = lift_triton(c.kernel, c.grid, *c.make(np.random.default_rng(0)), **c.constexprs)
     hoare = next(p for p in r.proofs if p.method == "hoare")

@@ -137,13 +137,14 @@ class SizeEvaluator(Evaluator):
         env.update(fresh)
         env[s.target.id] = start + k * int(step)
         self.guard = z3.And(k >= 0, k < trips)
-        n_stores = len(self.stores)
+        value = start + k * int(step)
+        self.hz.loop_of[value.sexpr()] = self.hz.loops[-1]
+        self.loop_values.append(value)
         try:
             self.block(s.body, env)
         finally:
             self.guard = None
-        if len(self.stores) != n_stores:
-            raise Unsupported(f"{self.where(s)}: a store inside a loop with a size-dependent trip count")
+            self.loop_values.pop()
         j = z3.Int(f"j{uid}")
         for name in carried:
             new, old, base = env[name], fresh[name], init[name]
@@ -273,7 +274,7 @@ class SizeEvaluator(Evaluator):
             f = {"exp": ar.exp1, "sqrt": ar.sqrt1, "sqrt_rn": ar.sqrt1,
                  "rsqrt": lambda t: ar.div1(ar.real(1), ar.sqrt1(t)), "sigmoid": ar.sigmoid1,
                  "abs": lambda t: z3.If(t >= 0, t, -t), "tanh": ar.tanh1}.get(name) or \
-                (lambda t, n=name: ar.fns[n](t))
+                (lambda t, n=name: ar.uninterpreted(n, t))
             return Data(zmap(f, x))
         if name in ("fdiv", "div_rn"):
             return self.binop(e, ast.Div, args[0], args[1])
@@ -353,7 +354,8 @@ class SizeEvaluator(Evaluator):
         m = self.mask(e, mask, off.shape)
         site = self.where(e)
         for idx in np.ndindex(*off.shape):
-            self.stores.append((ptr.arg, off[idx], val[idx], m[idx], site, idx))
+            mv = m[idx] if self.guard is None else self.z3.And(self.guard, _b(self.z3, m[idx]))
+            self.stores.append((ptr.arg, off[idx], val[idx], mv, site, idx, tuple(self.loop_values)))
 
 
 def _assigned(stmts) -> list:
@@ -414,6 +416,7 @@ class HoareSetup:
         self.loops: list = []  # (k, trip count, start, step, stop) of the size-dependent loops
         self.recursive: dict = {}  # reductions of the formula defined by recursion (with such loops)
         self.definitions: dict = {}  # name -> (parameter, body) of the recursively defined functions
+        self.loop_of: dict = {}  # a size-dependent loop's variable (its sexpr) -> the loop
         self.products: dict = {}  # size x size products as named integers (see mul)
         self.defs: list = []  # their definitions
         values = sorted({d for b in trace.buffers.values() for d in b.shape if d > 1})
@@ -536,7 +539,7 @@ def pointwise(hz: HoareSetup, t, coords):
                 cs[d] = m - 1
                 before = len(ar.side)
                 g = pointwise(hz, child, cs)
-                if len(ar.side) > before:
+                if any(_mentions(c, [m]) for c in ar.side[before:]):  # per-term assumptions: not expressible
                     raise Unsupported("a reduction whose terms divide or take roots, under size-dependent loops")
                 R = z3.Function(f"R{len(hz.recursive)}", z3.IntSort(), z3.RealSort())
                 hz.define(R, m, z3.If(m <= 0, ar.real(0), R(m - 1) + g))
@@ -572,13 +575,14 @@ def pointwise(hz: HoareSetup, t, coords):
 
 
 def fit_template(trace, name):
-    """coords = A @ [pid, lane index, 1] per store site (the linear index template of
-    §4.2), fitted exactly on the lanes the launch wrote; lanes masked off at the launch
-    (active at other sizes) follow the same template. {site: A}."""
+    """coords = A @ [pid, lane index, enclosing loop variables, 1] per store site (the
+    linear index template of §4.2), fitted exactly on the lanes the launch wrote; lanes
+    masked off at the launch (active at other sizes) follow the same template. {site: A}."""
     b = trace.buffers[name]
     rows: dict = {}
-    for site, pid, lane, off in b.lanes:
-        rows.setdefault(site, []).append((list(pid) + list(lane) + [1], list(np.unravel_index(off, b.shape))))
+    for site, pid, lane, off, loops in b.lanes:
+        rows.setdefault(site, []).append((list(pid) + list(lane) + list(loops) + [1],
+                                          list(np.unravel_index(off, b.shape))))
     out = {}
     for site, obs in rows.items():
         X = np.array([o[0] for o in obs], dtype=np.float64)
@@ -591,9 +595,10 @@ def fit_template(trace, name):
     return out
 
 
-def _coords(z3, A, pids, lane):
-    feats = list(pids) + [z3.IntVal(int(i)) for i in lane] + [z3.IntVal(1)]
-    return [z3.Sum([int(A[c, f]) * feats[f] for f in range(A.shape[1]) if A[c, f]] or [z3.IntVal(0)])
+def _coords(z3, A, pids, lane, loops=()):
+    feats = list(pids) + [z3.IntVal(int(i)) for i in lane] + \
+        [v if _is_z3(v) else z3.IntVal(int(v)) for v in loops] + [z3.IntVal(1)]
+    return [z3.simplify(z3.Sum([int(A[c, f]) * feats[f] for f in range(A.shape[1]) if A[c, f]] or [z3.IntVal(0)]))
             for c in range(A.shape[0])]
 
 
@@ -601,20 +606,24 @@ def _accumulator_lemmas(z3, hz, ev, side, deadline) -> list:
     """For each accumulator of a size-dependent loop whose lanes the kernel sums, and
     each recursively defined reduction R of the formula over the loop's bound: by
     induction over the iteration k, sum_lanes D(k) = R(min(start + k * step, stop))
-    (base k = 0; step k -> k + 1, Z3 unfolding D once and R up to `step` times), and
-    min(start + K * step, stop) = stop for the trip count K; then sum_lanes D(K) = R(stop)
-    is added to what the obligations may assume. Lemmas proved earlier are assumed by
-    later ones (LayerNorm's variance loop uses the mean)."""
-    lemmas = []
+    (base k = 0; step k -> k + 1 with the definitions of D once and R up to `step` times
+    as instances), and min(start + K * step, stop) = stop for the trip count K; then
+    sum_lanes D(K) = R(stop) is assumed by the obligations and rewritten in what reads
+    it (LayerNorm's variance loop reads the mean's). Returns (lemmas, rewrites)."""
+    lemmas, rewrites = [], []
 
-    def valid(f, instances) -> bool:
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            return False
-        s = z3.Solver()
-        s.set("timeout", max(1, int(min(left, 30.0) * 1000)))
-        s.add(*hz.pre, *side, *lemmas, *instances, z3.Not(f))
-        return s.check() == z3.unsat
+    def valid(f, instances, cases=(True,)) -> bool:
+        """f follows from the instances, in each of `cases` (which cover all)."""
+        for case in cases:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return False
+            s = z3.Solver()
+            s.set("timeout", max(1, int(min(left, 20.0) * 1000)))
+            s.add(*hz.pre, *side, *lemmas, *instances, case, z3.Not(f))
+            if s.check() != z3.unsat:
+                return False
+        return True
 
     for name, fns, (k, trips, start, step, stop) in ev.accumulators:
         def total(x):
@@ -633,11 +642,24 @@ def _accumulator_lemmas(z3, hz, ev, side, deadline) -> list:
             # at most `step` terms), every instance true by definition
             step_inst = [hz.instance(D(kk + 1)) for D in fns] + \
                 [hz.instance(R(r1 - i)) for i in range(step + 1)]
+            # the step split by how many lanes of chunk k are inside the row (0..step):
+            # each case fixes every mask, which Z3 then simplifies away
+            first = start + kk * step
+            lanes_in = [stop <= first] + [z3.And(first + t - 1 < stop, stop <= first + t) for t in range(1, step)] + \
+                [first + step - 1 < stop]
             if valid(total(z3.IntVal(0)) == R(upto(z3.IntVal(start))), base) and \
-                    valid(z3.Implies(z3.And(kk >= 0, total(kk) == R(r0)), total(kk + 1) == R(r1)), step_inst) and \
+                    valid(z3.Implies(z3.And(kk >= 0, total(kk) == R(r0)), total(kk + 1) == R(r1)), step_inst,
+                          lanes_in) and \
                     valid(z3.And(trips >= 0, upto(start + trips * step) == stop), []):
                 lemmas.append(total(trips) == R(stop))
-    return lemmas
+                # later loops and the stores read this sum: rewrite it to R(stop) in their
+                # definitions, so that equal formulas are equal terms for Z3
+                rewrites.append((total(trips), R(stop)))
+                for f_name, (param, body) in hz.definitions.items():
+                    hz.definitions[f_name] = (param, z3.substitute(body, rewrites[-1]))
+                side[:] = [z3.substitute(c, rewrites[-1]) for c in side]
+                break
+    return lemmas, rewrites
 
 
 def prove_grid_loop(kernel, trace, args, constexprs, terms, outputs, timeout_ms: int = 60000) -> Proof:
@@ -684,10 +706,13 @@ def _prove(kernel, trace, args, constexprs, terms, outputs, timeout_ms, t0) -> P
     for arg, off, m, where in ev.loads:
         obligations.append((f"load of {arg} at {where} in bounds",
                             z3.Implies(_b(z3, m), z3.And(off >= 0, off < size_of[arg]))))
-    for arg, off, val, m, site, lane in ev.stores:
+    for arg, off, val, m, site, lane, loops in ev.stores:
         if arg not in templates or site not in templates[arg]:
             raise Unsupported(f"a store into '{arg}' at {site} that the launch never performed")
-        coords = _coords(z3, templates[arg][site], hz.pids, lane)
+        A = templates[arg][site]
+        if A.shape[1] != 3 + len(lane) + len(loops) + 1:
+            raise Unsupported(f"the store at {site} sits in loops the launch did not run the same way")
+        coords = _coords(z3, A, hz.pids, lane, loops)
         dims = hz.dims[arg]
         flat = z3.IntVal(0)
         for c, d in zip(coords, dims):
@@ -697,35 +722,53 @@ def _prove(kernel, trace, args, constexprs, terms, outputs, timeout_ms, t0) -> P
         obligations.append((f"store into {arg} lane {lane} at {site}: in bounds, at its template, writes F",
                             z3.Implies(_b(z3, m), z3.And(off >= 0, off < size_of[arg], in_range, off == flat,
                                                           val == F))))
-    # exit: every coordinate of every output is written by some program p < G: for each
-    # store lane, the program ids that would write coordinate c (the template solved for
-    # the program id, where a pid coefficient is non-zero) as a witness
+    # exit: every coordinate c of every output is written by some program p < G (and
+    # iteration k < K of a size-dependent loop around the store): the template solved
+    # for each unknown (a program id, a loop variable) from a coordinate only it moves,
+    # as a witness
     for arg in outputs:
         dims = hz.dims[arg]
         cs = [z3.Int(f"c_{arg}_{i}") for i in range(len(dims))]
         cases = []
-        for a_, off, val, m, site, lane in ev.stores:
+        for a_, off, val, m, site, lane, loops in ev.stores:
             if a_ != arg:
                 continue
             A = templates[arg][site]
-            pid = []
-            for a in range(3):
-                nz = np.flatnonzero(A[:, a])
-                if len(nz) == 0:
-                    pid.append(z3.IntVal(0))
-                    continue
-                c = int(nz[0])
-                rest = _coords(z3, A, [z3.IntVal(0)] * 3, lane)[c]
-                pid.append((cs[c] - rest) / int(A[c, a]))
-            got = _coords(z3, A, pid, lane)
-            mm = z3.substitute(_b(z3, m), *[(hz.pids[a], pid[a]) for a in range(3)])
-            cases.append(z3.And(*[pid[a] >= 0 for a in range(3)], *[pid[a] < hz.grid_syms[a] for a in range(3)],
-                                mm, *[g == c for g, c in zip(got, cs)]))
+            unknown = [(a, None) for a in range(3)] + \
+                [(3 + len(lane) + i, hz.loop_of[v.sexpr()]) for i, v in enumerate(loops) if _is_z3(v)]
+            feats = list(hz.pids) + [None] * len(lane) + list(loops)
+            zero = [z3.IntVal(0)] * 3 + [z3.IntVal(0) if _is_z3(v) else v for v in loops]
+            rest = _coords(z3, A, zero[:3], lane, zero[3:])
+            witness, conds, subst = list(feats), [], []
+            for f, loop in unknown:
+                nz = [c for c in np.flatnonzero(A[:, f])]
+                if not nz:
+                    value = z3.IntVal(0) if loop is None else z3.IntVal(loop[2])
+                else:
+                    c = int(nz[0])
+                    if any(A[c, g] for g, _ in unknown if g != f):
+                        raise Unsupported(f"the elements written at {site} mix two program ids or loops "
+                                          "in one coordinate")
+                    value = (cs[c] - rest[c]) / int(A[c, f])
+                witness[f] = value
+                if loop is None:
+                    conds += [value >= 0, value < hz.grid_syms[f]]
+                    subst.append((hz.pids[f], value))
+                else:
+                    k, trips, start, step, _ = loop
+                    kw = (value - start) / step
+                    conds += [kw >= 0, kw < trips, start + kw * step == value]
+                    subst.append((k, kw))
+            got = _coords(z3, A, witness[:3], lane, witness[3 + len(lane):])
+            mm = z3.substitute(_b(z3, m), *subst)
+            cases.append(z3.And(*conds, mm, *[g == c for g, c in zip(got, cs)]))
         cover = z3.Implies(z3.And(*[z3.And(c >= 0, c < d) for c, d in zip(cs, dims)]), z3.Or(*cases))
         obligations.append((f"every element of {arg} is written (exit)", cover))
     side = list(ar.side)
-    lemmas = _accumulator_lemmas(z3, hz, ev, side, deadline)
+    lemmas, rewrites = _accumulator_lemmas(z3, hz, ev, side, deadline)
     side += lemmas
+    for rw in rewrites:
+        obligations = [(what, z3.substitute(f, rw)) for what, f in obligations]
     # a dim bounded by BLOCK (a reduced row) is split into its cases 1..BLOCK, each
     # substituted and simplified: Z3 then sees linear addresses and equal sqrt arguments;
     # the other sizes and the program ids stay symbolic
@@ -760,7 +803,10 @@ def _prove(kernel, trace, args, constexprs, terms, outputs, timeout_ms, t0) -> P
             r = solver.check()
             solver.pop()
             if r != z3.unsat:
-                status = "refuted" if r == z3.sat else "unknown"
+                # a model is a real counterexample only where nothing is abstracted: with
+                # loops (D, R known by instances only) or exp/erf/sqrt (uninterpreted) it
+                # may rest on an interpretation no real function has
+                status = "refuted" if r == z3.sat and not (hz.loops or ar.used_uf or ar._seen_sqrt) else "unknown"
                 at = f" (with {', '.join(f'{n} = {v}' for (n, _), v in zip(bounded, case))})" if sub else ""
                 return Proof("grid loop (Hoare)", "hoare", status, "all sizes", time.perf_counter() - t0,
                              f"obligation failed ({r}){at}: {what}")

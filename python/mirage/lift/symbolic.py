@@ -47,7 +47,8 @@ class Buffer:
     read: np.ndarray
     written: np.ndarray
     store_at: str = ""  # file:line of the last tl.store into it
-    lanes: list = field(default_factory=list)  # (store site, program id, lane index, flat offset) written
+    # written: (store site, program id, lane index, flat offset, values of the enclosing loop variables)
+    lanes: list = field(default_factory=list)
 
 
 @dataclass
@@ -113,6 +114,7 @@ class Evaluator:
         self.grid = grid
         self.trace = trace
         self.pid = (0, 0, 0)
+        self.loop_values: list = []  # the enclosing loops' variables (the all-sizes proof's index template)
         self._frames = []  # (globals, file, first line) of the function being evaluated
         self._fn = fn
 
@@ -212,7 +214,11 @@ class Evaluator:
         trips = 0
         for i in range(*bounds):
             env[s.target.id] = i
-            self.block(s.body, env)
+            self.loop_values.append(i)
+            try:
+                self.block(s.body, env)
+            finally:
+                self.loop_values.pop()
             trips += 1
         self.trace.loops.append((self.where(s), trips))
 
@@ -557,7 +563,7 @@ class Evaluator:
                                  f"at lane {idx} (a wrong mask or offset?)")
                 buf.mem[o] = val[idx]
                 buf.written[o] = True
-                buf.lanes.append((buf.store_at, self.pid, idx, o))
+                buf.lanes.append((buf.store_at, self.pid, idx, o, tuple(self.loop_values)))
 
     def mask(self, e, mask, shape):
         if _is_data(mask):

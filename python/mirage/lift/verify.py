@@ -56,6 +56,10 @@ class LiftZ3Arith(Z3Arith):
             self.side += [x >= 0, y >= 0, y * y == x]
         return y
 
+    def uninterpreted(self, name, x):  # erf, log
+        self.used_uf = True
+        return self.fns[name](x)
+
     def tanh1(self, x):  # tanh(x) = 1 - 2 / (exp(2x) + 1), as the synthesized graph computes it
         return self.real(1) - self.div1(self.real(2), self.exp1(self.real(2) * x) + self.real(1))
 
@@ -68,8 +72,7 @@ class LiftZ3Arith(Z3Arith):
         if name == "silu":
             return x * self.sigmoid1(x)
         if name == "gelu":
-            self.used_uf = True
-            return self.real(0.5) * x * (1 + self.fns["erf"](self.real(GELU_C) * x))
+            return self.real(0.5) * x * (1 + self.uninterpreted("erf", self.real(GELU_C) * x))
         if name == "relu":
             return self.z3.If(x > 0, x, self.real(0))
         raise KeyError(name)
@@ -122,8 +125,7 @@ def node_to_z3(ar: LiftZ3Arith, n: Node, env: dict, memo: dict):
         elif op == "tanh":
             r = ar.tanh1(a[0])
         elif op in ("erf", "log"):
-            ar.used_uf = True
-            r = ar.fns[op](a[0])
+            r = ar.uninterpreted(op, a[0])
         elif op == "abs":
             r = z3.If(a[0] >= 0, a[0], -a[0])
         elif op == "sum":
