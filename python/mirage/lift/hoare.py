@@ -85,7 +85,7 @@ class SizeEvaluator(Evaluator):
     """The kernel body for one symbolic program id under symbolic sizes."""
 
     def __init__(self, fn, hz: "HoareSetup"):
-        super().__init__(fn, None, {}, hz.grid_syms, hz.trace_stub)
+        super().__init__(fn, None, {}, hz.grid_syms)
         self.hz = hz
         self.z3 = hz.z3
         self.ar = hz.ar
@@ -165,7 +165,6 @@ class SizeEvaluator(Evaluator):
         for name in _assigned(s.body) + [s.target.id]:  # their values at iteration k mean nothing after it
             if name not in carried:
                 env.pop(name, None)
-        self.trace.loops.append((self.where(s), "symbolic"))
 
     def concrete_int(self, e, env, what):
         v = self.expr(e, env)
@@ -451,7 +450,6 @@ class HoareSetup:
         self.pids = tuple(z3.Int(f"pid{a}") for a in range(3))
         for a in range(3):
             self.pre += [self.pids[a] >= 0, self.pids[a] < self.grid_syms[a]]
-        self.trace_stub = type("T", (), {"loops": []})()
 
     def define(self, f, param, body):
         """A recursive definition f(param) = body, kept beside an uninterpreted f: proofs

@@ -63,7 +63,6 @@ class Trace:
     source: str = ""
     first_line: int = 1
     file: str = ""
-    loops: list = field(default_factory=list)  # (line, trip counts seen) of loops inside the kernel
 
 
 class _Return(Exception):
@@ -108,11 +107,10 @@ def python_function(kernel):
 
 
 class Evaluator:
-    def __init__(self, fn, terms: Terms, buffers: dict, grid: tuple, trace: Trace):
+    def __init__(self, fn, terms: Terms, buffers: dict, grid: tuple):
         self.T = terms
         self.buffers = buffers
         self.grid = grid
-        self.trace = trace
         self.pid = (0, 0, 0)
         self.loop_values: list = []  # the enclosing loops' variables (the all-sizes proof's index template)
         self._frames = []  # (globals, file, first line) of the function being evaluated
@@ -211,7 +209,6 @@ class Evaluator:
         bounds = [self.concrete_int(a, env, "loop bound") for a in it.args[:3]]
         if not isinstance(s.target, ast.Name):
             self.fail(s, "the loop variable must be a name")
-        trips = 0
         for i in range(*bounds):
             env[s.target.id] = i
             self.loop_values.append(i)
@@ -219,8 +216,6 @@ class Evaluator:
                 self.block(s.body, env)
             finally:
                 self.loop_values.pop()
-            trips += 1
-        self.trace.loops.append((self.where(s), trips))
 
     def assign(self, t, v, env):
         if isinstance(t, ast.Name):
@@ -628,13 +623,9 @@ def _describe(v) -> str:
     return f"{type(v).__name__} {v!r}"
 
 
-def _cdiv_floor(a, b):
-    return a // b
-
-
 _CONCRETE_BIN = {
     ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-    ast.Div: lambda a, b: np.true_divide(a, b), ast.FloorDiv: _cdiv_floor, ast.Mod: lambda a, b: a % b,
+    ast.Div: lambda a, b: np.true_divide(a, b), ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
     ast.BitAnd: lambda a, b: a & b, ast.BitOr: lambda a, b: a | b, ast.BitXor: lambda a, b: a ^ b,
     ast.LShift: lambda a, b: a << b, ast.RShift: lambda a, b: a >> b, ast.Pow: lambda a, b: a ** b,
 }
@@ -696,7 +687,7 @@ def trace(kernel, grid, args, constexprs) -> Trace:
                             "(expected an array, a torch tensor or a number)", where)
     grid_t = _grid(grid, {**constexprs, **scalars}, where)
     tr = Trace(fdef.name, T, buffers, scalars, grid_t, src, first, file)
-    ev = Evaluator(fn, T, buffers, grid_t, tr)
+    ev = Evaluator(fn, T, buffers, grid_t)
     for pid in itertools.product(*(range(g) for g in grid_t)):
         ev.run_program(pid, bound)
     return tr

@@ -42,7 +42,6 @@ class Synthesizer:
         self.buffers = buffers
         self.prog = Program()
         self.memo: dict = {}
-        self.failures: dict = {}
         rng = np.random.default_rng(seed)
         # inputs for numeric guidance: flat samples for the node evaluator, shaped for terms
         self.flat = {n: rng.standard_normal((samples, b.mem.size)) for n, b in buffers.items()}
