@@ -469,8 +469,7 @@ def gpu_run(a) -> int:
     with open(os.path.join(root, "build.json")) as f:
         built = json.load(f)
     results = []
-    for r0 in built["results"]:
-        n = r0["name"]
+    for n in dict.fromkeys(r["name"] for r in built["results"]):  # each script once (build and replay rows)
         if a.only and not any(s in n for s in a.only):
             continue
         r = run_one(os.path.join(root, "scripts", n), "run", os.path.join(root, "work", n.replace("/", "__")),
