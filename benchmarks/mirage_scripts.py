@@ -359,7 +359,7 @@ def run_one(script: str, mode: str, cwd: str, env: dict, timeout: float) -> dict
                 "tail": tail, "checks": []}
     with open(report) as f:
         res = json.load(f)
-    res["tail"] = tail
+    res["tail"], res["stdout"] = tail, p.stdout[-1000:]
     return res
 
 
@@ -486,7 +486,7 @@ def gpu_run(a) -> int:
             f"{o['rel_err']:.2e}" + (f" ({o['nonfinite_got']} non-finite, reference {o['nonfinite_ref']})"
                                      if o['nonfinite_got'] or o['nonfinite_ref'] else "")
             for o in c["outputs"]) for c in r["checks"]) or "—"
-        printed = " / ".join(ln.strip() for ln in r["tail"].strip().splitlines()[-2:]).replace("|", "/")
+        printed = " / ".join(ln.strip() for ln in r.get("stdout", "").strip().splitlines()[-2:]).replace("|", "/")
         lines.append(f"| `{r['name']}` | {_cell(r).replace('|', '/')} | {checks} | `{printed[-300:]}` |")
     text = "\n".join(lines)
     with open(os.path.join(root, "run.md"), "w") as f:
