@@ -7,25 +7,28 @@ a Z3 integer (dims equal at the launch are one variable), integer arguments whos
 is a dim become that variable, the grid is `cdiv(dim, BLOCK)` or `dim` (matched on the
 launch), and an array is an uninterpreted function of the flat index. The postcondition
 is the lifted program read point-wise (§4.1): for an output element at coordinates c,
-O(c) = F(c), with a constant of the program equal to a size replaced by that size and a
-reduction over a size-dependent dim instantiated with BLOCK masked terms (the paper's
-"specific column number"; precondition: that dim <= BLOCK).
+O(c) = F(c), with a constant of the program equal to a size replaced by that size. A
+reduction over a size-dependent dim is instantiated with BLOCK masked terms (the paper's
+"specific column number"; precondition: that dim <= BLOCK, proved case by case), or,
+where the kernel walks the dim in a loop, defined by recursion.
 
 The invariant is the paper's pattern: I(p) = "every element written by a program p' < p
-holds F". Which element a lane writes is a linear template c = alpha * p + beta_lane fitted
-on the launched run (§4.2's template for the index part) and checked by Z3 against the
-lane's actual address. With it the triple reduces to obligations over symbolic p and
-sizes, each discharged by Z3:
+holds F". Which element a lane writes is a linear template c = A @ (p, lane, enclosing
+loop variables, 1) fitted on the launched run (§4.2's template for the index part) and
+checked by Z3 against the lane's actual address. With it the triple reduces to
+obligations over symbolic p and sizes, each discharged by Z3:
 - in bounds: every active load and store lane addresses its array's range;
 - preservation: every active store lane writes F at the coordinates the template gives,
   and those coordinates address exactly the lane's offset (so I(p) => I(p+1));
 - exit: every coordinate of every output is written by some program p < G (coverage),
   so I(G) is the postcondition; init is I(0), vacuous;
 - no program reads an array any program writes (so later programs see the inputs).
-A kernel with a loop whose trip count depends on a size, a branch on a size, a masked
--inf padding (softmax/max; -inf is no real number) or a construct the symbolic-size
-evaluation lacks gets status "not attempted" with the reason: it is proved for the
-launched sizes only.
+A loop inside the program whose trip count depends on a size runs once for a symbolic
+iteration (`SizeEvaluator.for_loop`); its accumulators' invariants are proved by
+induction (`_accumulator_lemmas`). A branch on a size, masked -inf padding (softmax/max;
+-inf is no real number), `tl.dot` in such a loop, or a construct the symbolic-size
+evaluation lacks gets status "not attempted" with the reason; a proof Z3 cannot finish
+"unknown": the kernel is then proved for the launched sizes only.
 """
 from __future__ import annotations
 
