@@ -85,7 +85,8 @@ def build(a) -> int:
     with open(os.path.join(a.build, "lift.json"), "w") as f:
         json.dump({"kernel": a.kernel, "rows": rows, "cols": cols, "block": block, "formula": big.formula,
                    "small_proof": small.proofs[0].detail + " at " + small.proofs[0].scope,
-                   "all_sizes_proof": next(f"{p.status}: {p.scope}" for p in small.proofs if p.method == "hoare"),
+                   "all_sizes_proof": next(f"{p.status}: {p.scope if p.status == 'proved' else p.detail}"
+                                           for p in small.proofs if p.method == "hoare"),
                    "search_seconds": round(t_search, 1), "search_kernels": len(best.ops),
                    "times": {k: round(v, 3) for k, v in big.times.items()}}, f, indent=1)
     return 0
