@@ -191,5 +191,8 @@ def test_identical_layers_are_searched_once(tmp_path):
     searched = [n for n in opt.notes if "superoptimized" in n]
     reused = [n for n in opt.notes if "the same program as" in n]
     assert len(searched) == 1 and len(reused) == 1, opt.notes
+    # PyTorch's own modules in a Sequential are not cut: a Linear-SiLU-Linear MLP stays one graph
+    seq = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False), torch.nn.SiLU(), torch.nn.Linear(64, 64, bias=False))
+    assert mt.import_module(seq, [x]).fully_converted
     opt.result.program.set_mode("interpreter")  # the two segments chained, float64
     np.testing.assert_allclose(opt.result.program(x).detach().numpy(), m(x).detach().numpy(), rtol=1e-5, atol=1e-6)

@@ -7,17 +7,41 @@ inputs), which the search and the compiler do once (`mirage.torch._attach_kernel
 
 A node's layer is the outermost module on its `nn_module_stack` (the export's record of
 which module call made it) whose name ends in an index: an element of a `ModuleList` or
-`Sequential`. A partition is cut into its nodes' layers when every part is convex (no
-path leaves a part and comes back, so each can be one call); otherwise it is kept whole.
+`Sequential`. A partition is cut into its nodes' layers only when two of them repeat one
+computation (the same ops on the same shapes) in a module that is not one of PyTorch's
+own (`torch.nn.Linear`s in a `Sequential` stay together, to be fused), and only when
+every part is convex (no path leaves a part and comes back, so each can be one call).
 """
 from __future__ import annotations
 
 
-def layer_of(node) -> str | None:
-    for path, _ in (node.meta.get("nn_module_stack") or {}).values():
+def layer_of(node) -> tuple | None:
+    """(module path, module type) of the node's layer, or None."""
+    for path, kind in (node.meta.get("nn_module_stack") or {}).values():
         if path and path.rsplit(".", 1)[-1].isdigit():
-            return path
+            return path, str(kind)
     return None
+
+
+def _signature(nodes) -> tuple:
+    """The computation of `nodes` (in program order): each op with its result's shape and dtype."""
+    sig = []
+    for n in nodes:
+        v = n.meta.get("val")
+        sig.append((str(n.target), tuple(getattr(v, "shape", ())), str(getattr(v, "dtype", ""))))
+    return tuple(sig)
+
+
+def _repeats(groups: dict) -> bool:
+    seen = set()
+    for key, nodes in groups.items():
+        if key is None or key[1].startswith("torch.nn."):
+            continue
+        sig = (key[1], _signature(nodes))
+        if sig in seen:
+            return True
+        seen.add(sig)
+    return False
 
 
 def _convex(group: set) -> bool:
@@ -42,17 +66,16 @@ def split_by_layer(partitions):
 
     out = []
     for p in partitions:
-        groups: dict = {}
-        for n in p.nodes:
-            groups.setdefault(layer_of(n), set()).add(n)
-        if len(groups) < 2 or not all(_convex(g) for g in groups.values()):
-            out.append(p)
-            continue
         graph = next(iter(p.nodes)).graph
         pos = {n: k for k, n in enumerate(graph.nodes)}
-        # in program order, so that equal layers give equal subgraphs (inputs in one order)
-        for g in sorted(groups.values(), key=lambda g: min(pos[n] for n in g)):
-            out.append(Partition(nodes=sorted(g, key=pos.get)))
+        groups: dict = {}
+        for n in sorted(p.nodes, key=pos.get):  # program order: equal layers give equal subgraphs
+            groups.setdefault(layer_of(n), []).append(n)
+        if len(groups) < 2 or not _repeats(groups) or not all(_convex(set(g)) for g in groups.values()):
+            out.append(p)
+            continue
+        for g in sorted(groups.values(), key=lambda g: pos[g[0]]):
+            out.append(Partition(nodes=g))
     for k, p in enumerate(out):
         p.id = k
     return out
