@@ -246,7 +246,9 @@ def parse_mlir(source) -> list[KNGraph]:
     import mlir.ir as ir
 
     if isinstance(source, str):
-        module = ir.Module.parse(source, _context())
+        from ..dialects import parse_module
+
+        module = parse_module(source, _context())
         op = module.operation
     else:
         op = getattr(source, "operation", source)

@@ -192,11 +192,14 @@ def process_chunk(text: str, args: Args, ours, fname: str, sink: D.Sink) -> str 
     """Parse, run the pipeline; returns the printed module or None on failure."""
     import mlir.ir as ir
 
-    from ..dialects import make_context
+    from ..dialects import ParseAborted, make_context, parse_module
 
     ctx = make_context()
     try:
-        module = ir.Module.parse(text, ctx)
+        module = parse_module(text, ctx)
+    except ParseAborted as e:
+        sink.add(D.Diag("error", fname, e.line, 1, str(e).split(": ", 1)[1]))
+        return None
     except ir.MLIRError as e:
         for d in e.error_diagnostics:
             for x in _diag_from_mlir(d, fname):
