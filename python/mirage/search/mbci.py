@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from math import prod
 
 from ..core import ops as O
 from ..target import DEFAULT, Target

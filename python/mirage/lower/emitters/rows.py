@@ -22,7 +22,7 @@ from ..emitter import SMEM
 class RowsEmitter:
     def lower_rows(self):
         e, rp, tb = self.e, self.p.rows, self.tb
-        L, V, tpr = rp.shape[-1], rp.V, rp.tpr
+        V, tpr = rp.V, rp.tpr
         sub, lane = e.div(self.tid, tpr), e.rem(self.tid, tpr)
         # the thread's chunks: (pass, coordinates of the chunk's first element in `shape`)
         self.chunks = []
