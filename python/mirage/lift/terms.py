@@ -224,27 +224,30 @@ def evaluate(nodes: np.ndarray, inputs: dict, memo: dict | None = None) -> np.nd
     memo = {} if memo is None else memo
     samples = next(iter(inputs.values())).shape[0] if inputs else 1
 
-    def ev(n: Node):
-        r = memo.get(n.id)
-        if r is not None:
-            return r
-        stack = [(n, False)]
-        while stack:
-            x, ready = stack.pop()
-            if x.id in memo:
-                continue
-            if not ready:
-                stack.append((x, True))
-                stack.extend((a, False) for a in x.args if a.id not in memo)
-                continue
-            memo[x.id] = _eval_one(x, [memo[a.id] for a in x.args], inputs, samples, erf)
-        return memo[n.id]
+    def visit(x: Node, a):
+        return _eval_one(x, a, inputs, samples, erf)
 
     out = np.empty(nodes.shape + (samples,))
     with np.errstate(all="ignore"):
         for idx in np.ndindex(*nodes.shape):
-            out[idx] = ev(nodes[idx])
+            out[idx] = fold(nodes[idx], memo, visit)
     return out
+
+
+def fold(n: Node, memo: dict, visit):
+    """The value of `n`, computed bottom-up over its DAG: memo[node id] = visit(node, values
+    of its args), each node once (iterative: sums can be thousands of terms deep)."""
+    stack = [(n, False)]
+    while stack:
+        x, ready = stack.pop()
+        if x.id in memo:
+            continue
+        if not ready:
+            stack.append((x, True))
+            stack.extend((a, False) for a in x.args if a.id not in memo)
+            continue
+        memo[x.id] = visit(x, [memo[a.id] for a in x.args])
+    return memo[n.id]
 
 
 def _eval_one(x: Node, a, inputs, samples, erf):

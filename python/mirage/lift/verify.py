@@ -21,7 +21,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..verify.smt import Z3Arith
-from .terms import Node
+from .terms import Node, fold
 
 GELU_C = 0.7071067811865476  # 1/sqrt(2) as a kernel writes it (the float)
 
@@ -85,18 +85,10 @@ class LiftZ3Arith(Z3Arith):
 
 
 def node_to_z3(ar: LiftZ3Arith, n: Node, env: dict, memo: dict):
-    """Z3 term of a kernel element expression (iterative: sums can be long)."""
+    """Z3 term of a kernel element expression."""
     z3 = ar.z3
-    stack = [(n, False)]
-    while stack:
-        x, ready = stack.pop()
-        if x.id in memo:
-            continue
-        if not ready:
-            stack.append((x, True))
-            stack.extend((a, False) for a in x.args if a.id not in memo)
-            continue
-        a = [memo[c.id] for c in x.args]
+
+    def visit(x: Node, a):
         op = x.op
         if op == "var":
             r = env[x.val]
@@ -141,8 +133,9 @@ def node_to_z3(ar: LiftZ3Arith, n: Node, env: dict, memo: dict):
             r = z3.If(a[0], a[1], a[2])
         else:
             raise AssertionError(op)
-        memo[x.id] = r
-    return memo[n.id]
+        return r
+
+    return fold(n, memo, visit)
 
 
 @dataclass
@@ -366,16 +359,8 @@ def _LiftField(**kw):
 
 def _node_field(ar, n: Node, ins: dict, memo: dict):
     """A kernel element expression over the field (values of shape (1,))."""
-    stack = [(n, False)]
-    while stack:
-        x, ready = stack.pop()
-        if x.id in memo:
-            continue
-        if not ready:
-            stack.append((x, True))
-            stack.extend((a, False) for a in x.args if a.id not in memo)
-            continue
-        a = [memo[c.id] for c in x.args]
+
+    def visit(x: Node, a):
         op = x.op
         if op == "var":
             v = ins[x.val[0]]
@@ -405,5 +390,6 @@ def _node_field(ar, n: Node, ins: dict, memo: dict):
             r = ar.max(st, 0)
         else:
             raise AssertionError(op)
-        memo[x.id] = r
-    return memo[n.id]
+        return r
+
+    return fold(n, memo, visit)
