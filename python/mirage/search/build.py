@@ -46,8 +46,6 @@ def build_ops(g: KNGraph, tensors: list, ops, thread_graphs: bool = True) -> lis
                 ad = dict(attrs)
                 if kind == "accum":
                     tiles.append(tb.forloop_accum(xs[0], None if ad["kind"] == "none" else ad["kind"]))
-                elif kind in ("reduction", "reduce_max"):
-                    tiles.append(getattr(tb, kind)(xs[0], ad["dim"]))
                 elif kind == "rms_norm":
                     tiles.append(tb.rms_norm(xs[0]))
                 elif kind == "reduction_to_dimx":
@@ -63,7 +61,7 @@ def build_ops(g: KNGraph, tensors: list, ops, thread_graphs: bool = True) -> lis
                             c = tb.constant(value, cshape)
                             y = getattr(tb, k2)(*((y, c) if pos == 1 else (c, y)))
                     tiles.append(y)
-                else:  # attributes by name (mul_scalar's scalar, clamp's bounds)
+                else:  # attributes by name (a reduction's dim, mul_scalar's scalar, clamp's bounds)
                     tiles.append(getattr(tb, kind)(*xs, **ad))
             for k, omap in omaps:
                 tb.new_output(tiles[k], omap)

@@ -83,9 +83,7 @@ def fuse_thread_graphs(tb: TBGraph) -> TBGraph:
             r = new.reduction_to_dimx(xs[0])
         elif op.kind == "constant":
             r = new.constant(op.attrs["value"], op.attrs["shape"], op.outputs[0].dtype)
-        elif op.attrs and op.kind in ("reduction", "reduce_max"):
-            r = getattr(new, op.kind)(xs[0], op.attrs["dim"])
-        else:
+        else:  # attributes by name (a reduction's dim, mul_scalar's scalar, clamp's bounds)
             r = getattr(new, op.kind)(*xs, **op.attrs)
         env[id(op.outputs[0])] = r
     for o in tb.outputs:

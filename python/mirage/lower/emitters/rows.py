@@ -73,9 +73,8 @@ class RowsEmitter:
         shape = self.p.rows.shape
         r = len(t.shape)
         seen = set()
-        for n, (p, cs) in enumerate(self.chunks):
-            i = n % self.p.rows.per_row
-            key = (p if prod(t.shape[:-1]) > 1 else 0, i if t.shape[-1] > 1 else 0)
+        for n, (_, cs) in enumerate(self.chunks):
+            key = self.key_of(t, n)
             if key in seen:
                 continue
             seen.add(key)
@@ -83,6 +82,7 @@ class RowsEmitter:
             yield key, tc
 
     def key_of(self, t: STensor, n: int):
+        """The key of t's values at the thread's n-th chunk (see `keyed`)."""
         p, i = n // self.p.rows.per_row, n % self.p.rows.per_row
         return (p if prod(t.shape[:-1]) > 1 else 0, i if t.shape[-1] > 1 else 0)
 
