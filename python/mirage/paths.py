@@ -7,13 +7,16 @@ directory in /tmp.
     ~/.cache/mirage           else
 
 Sub-folders: `bundles/` (g.compile() without out_dir), `search/` (the search's result
-cache, `superoptimize(use_cached_graphs=True)`); the runtime's variant choices use the
-same root (`mirage.runtime.select.default_cache_dir`, the same rule restated there because
-the runtime imports nothing else of mirage). Imports nothing but the standard library.
+cache, `superoptimize(use_cached_graphs=True)`), `ptx/` (the PTX compiler's cache,
+`mirage.lower.compile`); the file `search-cache.key` (this user's key of the search cache
+entries' HMAC, search/cache.py); the runtime's variant choices use the same root
+(`mirage.runtime.select.default_cache_dir`, the same rule restated there because the
+runtime imports nothing else of mirage). Imports nothing but the standard library.
 """
 from __future__ import annotations
 
 import os
+import tempfile
 
 
 def user_cache_dir(*sub: str) -> str:
@@ -34,3 +37,24 @@ def bundle_dir() -> str:
 def search_cache_dir() -> str:
     """The search's result cache used by `KNGraph.superoptimize(use_cached_graphs=True)`."""
     return user_cache_dir("search")
+
+
+def write_atomic(path: str, data: str | bytes) -> None:
+    """Write `path` through a temp file of its folder (one per writer), on the disk before
+    it is renamed over `path` (atomic within a folder, also on NFS): a reader on any
+    machine sees the old file or the new one, never a part; of concurrent writers the last
+    wins. The file is readable by other users as the umask allows (mkstemp's 0600 would
+    hide a shared cache entry from them)."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, path)
+    except BaseException:
+        os.remove(tmp)
+        raise

@@ -2,7 +2,8 @@
 
 - `convert_to_gpu(g)`: the KNGraph as a module of `gpu`/`nvgpu`/`arith`/`memref`/`scf`/
   `vector`/`math` ops (MLIR text) plus the launch plan;
-- `to_ptx(g, target)`: through the upstream `gpu-lower-to-nvvm-pipeline` to PTX;
+- `to_ptx(g, target)`: through the upstream `gpu-lower-to-nvvm-pipeline` to PTX (cached
+  on disk by the module's text, `ptx_cache.py`);
 - `compile(g, target)`: a kernel bundle (`mirage.runtime` format) on disk;
 - `call(g, inputs)`: compile (cached) and run with `mirage.runtime` on a GPU.
 
@@ -24,10 +25,10 @@ def convert_to_gpu(g, options: Options | None = None) -> Lowered:
 
 
 def to_ptx(g, target: str = "sm_90", options: Options | None = None) -> tuple[Lowered, str]:
-    from .pipeline import run_pipeline
+    from .ptx_cache import compile_ptx  # the NVVM pipeline, cached on disk across processes
 
     low = convert(g, options)
-    return low, run_pipeline(low.module, target)
+    return low, compile_ptx(low.module, target)
 
 
 class CompiledGraph:

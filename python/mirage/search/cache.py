@@ -4,7 +4,7 @@ and the mirage version. Files hold the ranked candidates as functions (`@<name>_
 first), printed by mirage.core.mlir_text (op and dtype names, never enum numbers).
 
 The folder may be shared by several machines (NFS or any file system they all mount):
-entries are written atomically (`_write_atomic`: a reader sees the old file or the whole
+entries are written atomically (`mirage.paths.write_atomic`: a reader sees the old file or the whole
 new one; of concurrent writers of one key the last wins, each with a complete entry),
 readable by the other users as the umask allows, and a reader discards a bad entry only
 if no writer has replaced it since it was read.
@@ -16,20 +16,33 @@ and pass the verifier against it (finite-field trials). A file that does not par
 an entry that fails a check (edited, another program's, written by another version), is
 reported with a warning, deleted, and the search runs again.
 
+A search stopped by its time limit is cached too (its candidates are verified like any
+others): the entry records the limit (`stopped at time_limit=T`), and a later call with a
+larger `time_limit` searches again (and replaces the entry); one with the same or a smaller
+limit takes it. A search stopped by Ctrl-C is not cached.
+
+Re-checking an entry at full size is slow (the verifier on a decoder layer: ~40 s), so an
+entry carries an HMAC of its key and text under this user's secret (`secret()`, a file of
+the user cache root readable by its owner only): an entry this user's processes wrote (and
+verified before writing) is taken after parsing and reprinting to the same text; any other
+(another user's in a shared folder, an edited one) goes through the checks above.
+
 Checkpoint files (`store_checkpoint` / `load_checkpoint`, Mirage's `previous_checkpoint`)
 hold the same ranked results for one program as JSON (`mirage.core.serialize`), at a path
 the caller names; they are checked the same way, and an existing file is never replaced."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
-import tempfile
+import secrets
 import warnings
 from dataclasses import asdict
 
 from ..core.mlir_text import print_module
+from ..paths import user_cache_dir, write_atomic as _write_atomic
 
-FORMAT = "mirage-superoptimize-cache 2"
+FORMAT = "mirage-superoptimize-cache 3"
 
 
 def cache_key(ref, cfg) -> str:
@@ -52,44 +65,67 @@ def path(cache_dir: str, ref, cfg) -> str:
     return os.path.join(cache_dir, cache_key(ref, cfg) + ".mlir")
 
 
-def store(cache_dir: str, ref, cfg, graphs) -> str:
-    os.makedirs(cache_dir, exist_ok=True)
+def _body(name: str, graphs) -> str:
+    """The entry's MLIR: the graphs as functions @<name>_<k>, best first."""
     named = []
     for k, g in enumerate(graphs):
         old = g.name
-        g.name = f"{ref.name}_{k}"
+        g.name = f"{name}_{k}"
         named.append((g, old))
     try:
-        text = print_module([g for g, _ in named])
+        return print_module([g for g, _ in named])
     finally:
         for g, old in named:
             g.name = old
+
+
+def store(cache_dir: str, ref, cfg, graphs, stopped: str | None = None) -> str:
+    """Write the verified `graphs` (best first) found for `ref` under `cfg`; `stopped`: why
+    the search stopped early ("time limit", ...), None when it finished."""
+    os.makedirs(cache_dir, exist_ok=True)
+    body = _body(ref.name, graphs)
+    status = "complete" if not stopped else f"stopped at time_limit={float(cfg.time_limit)!r}"
     p = path(cache_dir, ref, cfg)
-    _write_atomic(p, f"// {FORMAT} for @{ref.name}; ranked best first\n" + text)
+    mac = _mac(cache_key(ref, cfg), status, body)
+    _write_atomic(p, f"// {FORMAT} for @{ref.name}; ranked best first; {status}; hmac {mac}\n" + body)
     return p
 
 
-def _write_atomic(path: str, text: str) -> None:
-    """Write `path` through a temp file of its folder (one per writer), on the disk before
-    it is renamed over `path` (atomic within a folder, also on NFS): a reader on any
-    machine sees the old file or the new one, never a part."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-")
+def _mac(key: str, status: str, body: str) -> str:
+    return hmac.new(secret(), f"{key}\n{status}\n{body}".encode(), hashlib.sha256).hexdigest()
+
+
+def secret() -> bytes:
+    """This user's key for the entries' HMAC: `<user cache root>/search-cache.key`, 32 random
+    bytes made on first use, mode 0600 (of concurrent creators the first wins: os.link does
+    not replace an existing file)."""
+    p = user_cache_dir("search-cache.key")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with open(p, "rb") as f:
+            key = f.read()
+        if len(key) == 32:
+            return key
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    tmp = f"{p}.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the entry from other users
-        os.replace(tmp, path)
-    except BaseException:
-        os.remove(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+        try:
+            os.link(tmp, p)
+        except FileExistsError:  # another process made it first; a bad one (not 32 bytes) is replaced
+            with open(p, "rb") as f:
+                if len(f.read()) != 32:
+                    os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    with open(p, "rb") as f:
+        return f.read()
 
 
 def parse_cached(text: str):
@@ -119,14 +155,43 @@ def check_entry(ref, graphs) -> str | None:
     return None
 
 
+def _header(text: str) -> tuple[str, str, str, str]:
+    """(function name, status, mac, body) of an entry; ("", "", "", text) when its first
+    line is no header."""
+    first, _, body = text.partition("\n")
+    parts = first.split("; ")
+    lead = f"// {FORMAT} for @"
+    if len(parts) == 4 and parts[0].startswith(lead) and parts[3].startswith("hmac "):
+        return parts[0][len(lead):], parts[2], parts[3][5:], body
+    return "", "", "", text
+
+
+def _limit(status: str) -> float | None:
+    """The time limit that stopped the search of an entry; None for a complete one."""
+    if status.startswith("stopped at time_limit="):
+        return float(status.split("=", 1)[1])
+    return None
+
+
 def load(cache_dir: str, ref, cfg):
+    """The cached graphs for `ref` under `cfg`, or None: no entry, an entry of a search
+    stopped by a smaller time limit than `cfg.time_limit`, or a bad entry (warned, removed)."""
     p = path(cache_dir, ref, cfg)
     read = None
     try:
         with open(p) as f:
             read = os.fstat(f.fileno())
-            graphs = parse_cached(f.read())
-        why = check_entry(ref, graphs)
+            text = f.read()
+        name, status, mac, body = _header(text)
+        limit = _limit(status)
+        if limit is not None and cfg.time_limit > limit:
+            return None  # a larger limit may find more: search again (the entry is replaced)
+        graphs = parse_cached(body)
+        ours = bool(mac) and hmac.compare_digest(mac, _mac(cache_key(ref, cfg), status, body))
+        # this user's own entry, parsed back to the text it wrote: verified when it was written
+        trusted = ours and bool(graphs) and all(_signature(g) == _signature(ref) for g in graphs) \
+            and _body(name, graphs) == body
+        why = None if trusted else check_entry(ref, graphs)
     except FileNotFoundError:
         return None
     except Exception as e:  # unreadable, or a program the checks cannot take

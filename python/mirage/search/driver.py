@@ -197,8 +197,8 @@ def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Targ
     res.reference_cost = ref_cost
     if res.candidates[0].key == "reference":
         res.notes.append(_why_nothing(res))
-    if cache_dir and not res.stats.stopped:
-        cache_store(cache_dir, ref, cfg, [c.graph for c in res.candidates[:cfg.top_k]])
+    if cache_dir and res.stats.stopped != "interrupted":  # a time-limited entry records its limit
+        cache_store(cache_dir, ref, cfg, [c.graph for c in res.candidates[:cfg.top_k]], res.stats.stopped)
     if checkpoint is not None and new_checkpoint and not res.stats.stopped:
         store_checkpoint(checkpoint, ref, [c.graph for c in res.candidates[:cfg.top_k]])
     res = _measured(res, measure, verbose)
