@@ -40,9 +40,9 @@ def formal_equivalent(reference, candidate, seed: int = 0):
     return check_equivalence(reference, candidate, delta=DELTA, seed=seed, fp_check=False)
 
 
-def float_equivalent(reference, candidate, seed: int = 0) -> bool:
+def float_equivalent(reference, candidate, seed: int = 0, trials: int = TRIALS) -> bool:
     rng = np.random.default_rng(seed)
-    for _ in range(TRIALS):
+    for _ in range(trials):
         xs = [rng.uniform(-1.0, 1.0, t.shape) for t in reference.inputs]
         try:
             with np.errstate(all="ignore"):

@@ -235,14 +235,14 @@ def _strategy(ref, cfg, verbose, device, preset, config, t0) -> SearchResult:
         # the default's baseline: the program cut where computed tensors enter matmuls,
         # each side searched alone (fast); the whole-program search then has to beat it
         base = partitioned_search(ref, cfg.with_(partition="split", time_limit=SPLIT_SHARE * cfg.time_limit),
-                                  verbose, device, preset, _search, _rank)
+                                  verbose, device, preset, _search)
         cfg_whole = cfg.with_(time_limit=max(1.0, cfg.time_limit - (time.monotonic() - t0)))
     else:
         cfg_whole = cfg
     if split and base.stats.stopped == "interrupted":
         res = base
     elif needs_partition(ref, cfg.partition):
-        res = partitioned_search(ref, cfg_whole, verbose, device, preset, _search, _rank)
+        res = partitioned_search(ref, cfg_whole, verbose, device, preset, _search)
         # a row program may fuse whole although a barrier split it (softmax's reduce_max)
         seeds = _seeds(ref, cfg, device)
         if seeds and res.stats.stopped != "interrupted":
