@@ -193,6 +193,28 @@ def test_attention_full_size_bound(name):
     assert res.trials - res.random_trials == 1 and res.random_trials >= 1
 
 
+def test_thread_graph_sites_are_counted():
+    """The search fuses element-wise tails into thread graphs (FlashDecoding's final division
+    by the row sums): the analysis counts their sites from the operands' tile shapes, so such
+    a candidate gets the random-function model's bound like the hand-written one with tb ops."""
+    from mirage.search import build as B, driver as D
+    from mirage.search.config import auto_config, make_config
+
+    ref, fused = small("gqa")
+    cfg = make_config(auto_config(ref)[0], **auto_config(ref)[1])
+    plans = [plan for plan, _ in D._seeds(ref, cfg, D.DEFAULT).values()]
+    cands = [B.build(ref, p) for p in plans]
+    cands = [g for g in cands if any(op.kind == "thread_graph" for k in g.ops if k.kind == "graph_def"
+                                     for op in k.body.ops)]
+    assert cands, "no seed with a thread graph"
+    want = analyze(fused, "random").site_elements
+    for g in cands[:2]:
+        rep = analyze(g, "random")
+        assert rep.zero_div < 10**9 and sum(rep.site_elements.values()) == sum(want.values())
+        res = check_equivalence(ref, g, delta=1e-9, input_scales=BENCHMARKS["gqa"].scales)
+        assert res.equivalent and res.bound_met and res.model == "random", res.summary()
+
+
 def _softmax_pair(online: bool, shift_by_max: bool = False):
     """Reference: exp(x) V / sum exp(x) over 16 keys. Online-softmax-style candidate: two
     halves of 8 keys, each shifted by its own mean m_h (exp(x - m_h)), rescaled by exp(m_h)

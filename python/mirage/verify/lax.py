@@ -217,7 +217,6 @@ class _Walker:
         if model not in ("omega", "random"):
             raise ValueError(f"unknown model {model!r}")
         self.model = model
-        self.in_thread = False
         self.rep = LaxReport(lax=True, model=model)
 
     def note_nonlax(self, label: str, why: str):
@@ -229,8 +228,6 @@ class _Walker:
 
     def numel(self, shape, loop: bool = True) -> int:
         """Elements a site of this tile `shape` computes over all blocks (and iterations)."""
-        if self.in_thread:  # thread-graph ops see no shapes here: no cap
-            return CAP
         scale = self.numel_scale if loop else self.grid_scale
         return _c(scale * prod(shape))
 
@@ -364,7 +361,7 @@ class _Walker:
             elif op.kind == "reduction_max":
                 outs = self.running_max(xs[0], op, tb, label)
             elif op.kind == "thread_graph":
-                outs = self.thread(op.body, xs, label + " / ")
+                outs = self.thread(op.body, xs, [t.shape for t in op.inputs], label + " / ")
             else:
                 outs = [self.table_op(op.kind, xs, op.attrs, [t.shape for t in op.inputs], label)]
             for t, i in zip(op.outputs, outs):
@@ -418,20 +415,17 @@ class _Walker:
         self.count_atoms(shape)
         return [self.combine([x], label, m), self.combine([x], label, f_add(m, m))]
 
-    def thread(self, th, ins: list, prefix: str) -> list:
-        self.in_thread = True
-        try:
-            return self._thread(th, ins, prefix)
-        finally:
-            self.in_thread = False
-
-    def _thread(self, th, ins: list, prefix: str) -> list:
-        env = {id(s): i for s, i in zip(th.inputs, ins)}
+    def thread(self, th, ins: list, shapes: list, prefix: str) -> list:
+        """A thread graph: element-wise ops on the broadcast of their operands' tiles (as the
+        interpreter runs it), so each op's site has the broadcast shape of its inputs."""
+        env = {id(s): (i, tuple(sh)) for s, i, sh in zip(th.inputs, ins, shapes)}
         for n, op in enumerate(th.ops):
             xs = [env[id(t)] for t in op.inputs]
+            in_shapes = [sh for _, sh in xs]
             label = _label(prefix, "th", op.kind, n)
-            env[id(op.outputs[0])] = self.table_op(op.kind, xs, op.attrs, [() for _ in op.inputs], label)
-        return [env[id(s)] for s in th.outputs]
+            out = self.table_op(op.kind, [i for i, _ in xs], op.attrs, in_shapes, label)
+            env[id(op.outputs[0])] = (out, O.broadcast_shapes(*in_shapes) if in_shapes else ())
+        return [env[id(s)][0] for s in th.outputs]
 
 
 def analyze(g: KNGraph, model: str = "omega") -> LaxReport:
