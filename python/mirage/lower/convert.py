@@ -2,8 +2,10 @@
 the launch plan (which kernels, in which order, on which tensors).
 
 Every kernel-graph op becomes one kernel (two with a split for-loop and no folded
-combine), lowered by `block.BlockLowering` from its block graph: a graph-defined
-kernel's own, or for a pre-defined op the default one of `predefined.py`. Device tensors
+combine), except a `reshape` of row-major memory that is not a graph output: that is a
+view (its users read the input's memory with the new shape). Kernels are lowered by
+`block.BlockLowering` from their block graph: a graph-defined kernel's own, or for a
+pre-defined op the default one of `predefined.py`. Device tensors
 that are neither inputs nor outputs become runtime-allocated buffers. Each tensor is
 passed as one bare pointer (`memref<N x T>` with the bare-pointer calling convention).
 """
@@ -60,10 +62,11 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
                         "strides": list(row_major_strides(t.shape))})
         out_slots.setdefault(id(t), k)
     buffers = []
+    views: set = set()  # id(DTensor) of reshapes lowered as views of their input's memory
 
     def strides_of(t):
         kind, i = loc[id(t)]
-        return tuple(inputs[i]["strides"]) if kind == "input" else row_major_strides(t.shape)
+        return tuple(inputs[i]["strides"]) if kind == "input" and id(t) not in views else row_major_strides(t.shape)
 
     def gl(t, kind, i, nm):
         return GlobalArg(nm, tuple(t.shape), tuple(strides_of(t)), t.dtype.mlir, t.dtype.itemsize)
@@ -98,6 +101,13 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
         texts.append(info.text)
 
     for n, op in enumerate(g.ops):
+        if op.kind == "reshape" and id(op.outputs[0]) not in out_slots \
+                and strides_of(op.inputs[0]) == row_major_strides(op.inputs[0].shape):
+            # a reshape of row-major memory is that memory: no kernel, no buffer (a graph
+            # output keeps its copy kernel: the runtime allocates outputs separately)
+            loc[id(op.outputs[0])] = loc[id(op.inputs[0])]
+            views.add(id(op.outputs[0]))
+            continue
         for t in op.outputs:
             if id(t) in out_slots:
                 loc[id(t)] = ("output", out_slots[id(t)])

@@ -10,7 +10,8 @@ reductions, vectorized stores. There is no second lowering of the operators.
 the op (tests check it with the interpreter and the verifier), and every choice it
 makes (grid, tile, loop) is visible in it. The choices:
 
-- matmul: BM x BN output tiles (64 x 64, smaller where the dims are), one block per
+- matmul: BM x BN output tiles (64 x 64, smaller where the dims are; a dim without a
+  tensor-core divisor, e.g. 4097 = 17 x 241, its largest divisor up to 256), one block per
   tile and batch element, a for-loop over K in BK-row steps accumulated in registers;
   the lowering splits that loop across blocks when the grid is small (GEMV).
 - element-wise, layout ops: tiles of about `ELEMWISE_TILE` elements over up to three
@@ -31,6 +32,7 @@ ELEMWISE_TILE = 2048  # elements of the output tile per block (element-wise and 
 REDUCE_TILE = 4096    # elements of the input tile per block (reductions, norms)
 ROW_TILE = 4096       # longest reduced extent held in one tile; longer ones loop
 MM_TILE = (64, 64, 64)  # preferred BM, BN, BK of a matmul block
+MM_TILE_MAX = 256  # largest matmul tile dim where no divisor fits the tensor-core tile
 VEC = 8  # a last-dim tile of a multiple of 8 elements is copied in 16-byte chunks (f16)
 
 
@@ -39,9 +41,11 @@ def _divisors(n: int) -> list[int]:
 
 
 def _tile(n: int, pref: int, mult: int) -> int:
-    """Largest divisor of n that is <= pref and a multiple of `mult`; n when none is."""
+    """Largest divisor of n that is <= pref and a multiple of `mult`; else (no tensor-core
+    tile: a scalar matmul) the largest divisor <= MM_TILE_MAX, so a dim such as 4097 keys
+    (17 x 241) is tiled, not held whole in shared memory."""
     ok = [d for d in _divisors(n) if d <= pref and d % mult == 0]
-    return max(ok) if ok else n
+    return max(ok) if ok else max(d for d in _divisors(n) if d <= MM_TILE_MAX)
 
 
 def _partition(shape, dims, budget: int, last_vec: bool = True) -> list[tuple[int, int]]:
@@ -182,7 +186,8 @@ def _matmul(op: Op) -> TBGraph:
     rank = len(a.shape)
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     bm, bn, bk = MM_TILE
-    # tensor cores want tile K % 16 == 0 and N % 8 == 0; a dim that does not divide stays whole
+    # tensor cores want tile K % 16 == 0 and N % 8 == 0; a dim with no such divisor takes
+    # its largest divisor up to MM_TILE_MAX
     BM = M if M <= bm else _tile(M, bm, 16)
     BN = N if N <= bn else _tile(N, bn, 8)
     BK = K if K <= bk else _tile(K, bk, 16)

@@ -1,0 +1,75 @@
+"""What decoder layers at decode need from the lowering (issue 15): the attention matmuls
+over a KV cache of 4096 positions plus the new one (4097 = 17 x 241 keys: no tensor-core
+tile divides it) are tiled instead of held whole in shared memory (656 KB asked before), and
+a reshape of row-major memory is a view: no kernel, no buffer, its users read the input's
+memory (a 16 MB KV-cache reshape was one block copying it all)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mirage as mi
+from mirage.lower import convert_to_gpu
+from mirage.lower.predefined import MM_TILE_MAX, default_block_graph
+from test_predefined import one, same
+
+
+@pytest.mark.parametrize("sa,sb", [((1, 8, 4, 128), (1, 8, 128, 4097)), ((1, 8, 4, 4097), (1, 8, 4097, 128))])
+def test_matmul_over_4097_keys_is_tiled_and_lowers(sa, sb):
+    g = one(lambda g, a, b: g.matmul(a, b), sa, sb)
+    tb = default_block_graph(g.ops[0])
+    tiles = [r.stensor.shape for r in tb.inputs]
+    assert all(max(s[-2:]) <= MM_TILE_MAX for s in tiles), tiles  # 241-wide tiles, not 4097
+    xs, got = same(g, np.random.default_rng(5))  # the block graph computes the matmul
+    np.testing.assert_allclose(got[0], xs[0] @ xs[1], rtol=1e-9, atol=1e-9)
+    for dt in ("f16", "f32"):
+        h = mi.new_kernel_graph("t")
+        a, b = h.new_input(sa, dtype=mi.float16 if dt == "f16" else mi.float32), \
+            h.new_input(sb, dtype=mi.float16 if dt == "f16" else mi.float32)
+        h.mark_output(h.matmul(a, b))
+        (k,) = convert_to_gpu(h).kernels  # raised "[smem] ... 656384 bytes" before
+        assert k["smem_bytes"] <= 232448
+
+
+def _kinds(low):
+    return [k["notes"].get("kind") for k in low.kernels]
+
+
+def test_a_reshape_of_row_major_memory_is_a_view():
+    g = mi.new_kernel_graph("t")
+    x = g.new_input((1, 8, 4096, 128), dtype=mi.float16)
+    r = g.reshape(x, (8, 4096, 128))        # of an input: a view
+    y = g.exp(r)
+    z = g.reshape(y, (8 * 4096, 128))       # of a buffer: a view
+    w = g.reduction(z, 1)
+    g.mark_output(w)
+    low = convert_to_gpu(g)
+    assert _kinds(low) == ["exp", "reduction"]
+    exp, red = low.kernels
+    assert exp["args"][0] == {"kind": "input", "index": 0}      # reads x's memory
+    assert red["args"][0] == exp["args"][1]                      # reads exp's buffer
+    assert len(low.buffers) == 1 and low.buffers[0]["shape"] == [8, 4096, 128]
+
+
+def test_reshapes_that_must_copy_keep_their_kernel():
+    # a graph output: the runtime allocates it apart from the input
+    g = mi.new_kernel_graph("t")
+    x = g.new_input((4, 64), dtype=mi.float16)
+    g.mark_output(g.reshape(g.exp(x), (256,)))
+    assert _kinds(convert_to_gpu(g)) == ["exp", "reshape"]
+    # an input with other than row-major strides (a column-major matrix)
+    g = mi.new_kernel_graph("t")
+    x = g.new_input((64, 32), strides=(1, 64), dtype=mi.float16)
+    g.mark_output(g.exp(g.reshape(x, (32, 64))))
+    assert _kinds(convert_to_gpu(g)) == ["reshape", "exp"]
+
+
+def test_views_compile_to_ptx():
+    pytest.importorskip("mlir.ir")
+    from mirage.lower import to_ptx
+
+    g = mi.new_kernel_graph("t")
+    x = g.new_input((2, 8, 64), dtype=mi.float16)
+    g.mark_output(g.exp(g.reshape(x, (16, 64))))
+    low, ptx = to_ptx(g)
+    assert len(low.kernels) == 1 and ".entry t_k1" in ptx
