@@ -83,7 +83,7 @@ def sweep_jobs(names, bss):
 
 def to_bf16(g):
     """The μGraph `g` with every f16 tensor bf16 (through its MLIR text)."""
-    from mirage.core.mlir_import import parse_mlir
+    from mirage.mlir.importer import parse_mlir
 
     return parse_mlir(g.to_mlir().replace("xf16>", "xbf16>"))[0]
 
@@ -132,7 +132,7 @@ def build_picks(a, names, bss, options) -> list:
     import glob
     import json
 
-    from mirage.core.mlir_import import parse_mlir
+    from mirage.mlir.importer import parse_mlir
     from mirage.lower import compile as mirage_compile
     from mirage.lower import compile_variants
 

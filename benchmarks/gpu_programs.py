@@ -66,7 +66,7 @@ def input_scales(shapes):
 
 def build(a) -> int:
     from build_bundles import save
-    from mirage.core.mlir_import import parse_mlir
+    from mirage.mlir.importer import parse_mlir
     from mirage.lower import Options, compile as mirage_compile
     from programs import PROGRAMS
 

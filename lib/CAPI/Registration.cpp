@@ -2,7 +2,7 @@
 //
 // Built into libMirageCAPI.so, linked against the Python bindings' own MLIR
 // (mlir/_mlir_libs/libMLIRPythonCAPI.so), so the dialects load into an
-// `mlir.ir.Context` (see python/mirage/dialects/__init__.py).
+// `mlir.ir.Context` (see python/mirage/mlir/dialects/__init__.py).
 //
 //===----------------------------------------------------------------------===//
 

@@ -17,8 +17,8 @@ __version__ = "0.1.0"
 
 # public name -> module defining it (imported on first access)
 _LAZY = {
-    "parse_mlir": "mirage.core.mlir_import",
-    "load_mlir": "mirage.core.mlir_import",
+    "parse_mlir": "mirage.mlir.importer",
+    "load_mlir": "mirage.mlir.importer",
     "check_equivalence": "mirage.verify",
     "from_json": "mirage.core.serialize",
     "generate_cuda_program": "mirage.cuda_program",

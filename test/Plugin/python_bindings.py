@@ -10,7 +10,7 @@ assert "mlir" not in sys.modules, "import mirage must not import MLIR"
 from mlir import ir
 from mlir.dialects import func
 
-from mirage.dialects import format_scalar, kn, make_context, tb, th
+from mirage.mlir.dialects import format_scalar, kn, make_context, tb, th
 
 ctx = make_context()
 with ctx, ir.Location.unknown():

@@ -63,7 +63,7 @@ def test_every_mutator_changes_some_seed(seed_list):
 def _with_pass(monkeypatch, body):
     """Registers a pass `--fuzz-probe` whose run is `body` (in this process, before the
     fuzzer's worker forks, so the worker has it)."""
-    from mirage import passes as P
+    from mirage.mlir import registry as P
 
     class Probe(P.Pass):
         argument = "fuzz-probe"
@@ -78,7 +78,7 @@ def _with_pass(monkeypatch, body):
         return {**real(), "fuzz-probe": Probe}
 
     monkeypatch.setattr(P, "registry", registry)
-    import mirage.tools.mirage_opt as M
+    import mirage.mlir.opt as M
 
     monkeypatch.setattr(M, "registry", registry)
 
@@ -115,7 +115,7 @@ def test_run_case_classifies():
     assert F.run_case(GOOD, []) == ("ok", "")
     outcome, msg = F.run_case(GOOD.replace("tensor<4x8xf16> {", "tensor<4x9xf16> {"), [])
     assert outcome == "located" and re.match(r"fuzz\.mlir:\d+:\d+: error", msg), msg
-    import mirage.tools.mirage_opt as M
+    import mirage.mlir.opt as M
 
     real = M.process_chunk
     try:
@@ -136,8 +136,8 @@ PASSES = {
 
 
 def _diags(text, argv):
-    from mirage import diagnostics as D
-    from mirage.tools import mirage_opt as M
+    from mirage.mlir import diagnostics as D
+    from mirage.mlir import opt as M
 
     ours = M.registry()
     args = M.parse_args(argv + ["in.mlir"], ours)
@@ -307,8 +307,8 @@ def test_an_input_that_aborts_the_mlir_parser_is_a_located_error(mode):
 
 
 def test_parse_mlir_of_an_input_that_aborts_the_parser():
-    from mirage.core.mlir_import import parse_mlir
-    from mirage.dialects import ParseAborted
+    from mirage.mlir.importer import parse_mlir
+    from mirage.mlir.dialects import ParseAborted
 
     with pytest.raises(ParseAborted, match="line 4: the MLIR parser aborts"):
         parse_mlir(PARSER_ABORT)

@@ -242,8 +242,8 @@ def test_too_much_shared_memory_is_a_clear_error():
 
 
 def test_convert_pass_on_mlir_module():
-    from mirage.core.mlir_import import _context
-    from mirage.lower.passes import ConvertMirageToGPU
+    from mirage.mlir.importer import _context
+    from mirage.mlir.passes.convert_mirage_to_gpu import ConvertMirageToGPU
     import mlir.ir as ir
 
     text = BENCHMARKS["gated_mlp"].fused(1).to_mlir()
@@ -323,7 +323,7 @@ module {
 
 
 def _c3_graph():
-    from mirage.core.mlir_import import parse_mlir
+    from mirage.mlir.importer import parse_mlir
 
     return parse_mlir(C3_GATED_MLP)[0]
 

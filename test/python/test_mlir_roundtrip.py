@@ -1,4 +1,5 @@
 """Kernel graphs <-> MLIR both ways, and the mirage-opt driver."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.mlir"))
 
 
 def mirage_opt(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "mirage.tools.mirage_opt", *args], input=stdin,
+    return subprocess.run([sys.executable, "-m", "mirage.mlir.opt", *args], input=stdin,
                           capture_output=True, text=True)
 
 
@@ -113,3 +114,75 @@ def test_upstream_mlir_opt_plugin_prints_the_same(path):
     assert up.returncode == 0, up.stderr
     ours = mirage_opt(str(path))
     assert up.stdout == ours.stdout
+
+
+# ------------------------------------------------------ the optimizer passes compose
+
+def _kernels(text: str) -> str:
+    """The gpu modules of convert-mirage-to-gpu's output, the program's hash left out (a
+    module annotated by the optimizer passes prints differently, computes the same)."""
+    return re.sub(r"graph_hash\\22: \\22[0-9a-f]+", "graph_hash", text)
+
+
+@pytest.mark.parametrize("name", ["gqa", "gated_mlp"])
+def test_optimizer_passes_then_lowering_equal_the_lowering_alone(name):
+    """convert-mirage-to-gpu takes the layouts and the op order that --mirage-layout and
+    --mirage-schedule recorded: being the choices it would make itself, the kernels come
+    out the same (GQA's schedule reorders its two accumulators, gated MLP's interleaves
+    matmuls and accumulators)."""
+    pytest.importorskip("z3")
+    path = str(ROOT / "examples" / f"{name}_fused.mlir")
+    alone = mirage_opt(path, "--convert-mirage-to-gpu")
+    piped = mirage_opt(path, "--mirage-layout", "--mirage-schedule", "--mirage-smem-plan", "--convert-mirage-to-gpu")
+    assert alone.returncode == 0 and piped.returncode == 0, alone.stderr + piped.stderr
+    assert "gpu.module" in alone.stdout
+    assert _kernels(piped.stdout) == _kernels(alone.stdout)
+
+
+def test_lowering_takes_recorded_layouts():
+    """Recorded layouts are what the lowering uses: the ILP's layouts of the gated MLP
+    (2-d tiles, all with the last dim innermost) with every swizzle set to 0 lower as
+    layouts off do."""
+    pytest.importorskip("z3")
+    path = str(ROOT / "examples" / "gated_mlp_fused.mlir")
+    laid = mirage_opt(path, "--mirage-layout")
+    assert laid.returncode == 0, laid.stderr
+    assert re.search(r"swizzle = (32|64|128) : i64", laid.stdout)  # the ILP swizzles some tiles
+    assert set(re.findall(r"inner = (\d+) : i64", laid.stdout)) == {"1"}
+    unswizzled = re.sub(r"swizzle = \d+ : i64", "swizzle = 0 : i64", laid.stdout)
+    taken = mirage_opt("--convert-mirage-to-gpu", stdin=unswizzled)
+    off = mirage_opt(path, "--convert-mirage-to-gpu=layout=false")
+    default = mirage_opt(path, "--convert-mirage-to-gpu")
+    assert taken.returncode == 0, taken.stderr
+    assert _kernels(taken.stdout) == _kernels(off.stdout) != _kernels(default.stdout)
+
+
+@pytest.mark.parametrize("attr, edit, message", [
+    ("tb.layout", ("swizzle = 0 : i64", "swizzle = 48 : i64"), "does not fit a tile"),
+    ("tb.layout", ("inner = 2 : i64", "inner = 5 : i64"), "does not fit a tile"),
+    ("tb.order", ("tb.order = 0 : i64", "tb.order = 9 : i64"), "must number the 5 ops"),
+    ("tb.order", ("tb.order = 1 : i64", "tb.order = 7 : i64"), "must number the 5 ops"),
+])
+def test_bad_recorded_decisions_are_located_errors(attr, edit, message):
+    """A hand-edited layout or order that the lowering could not honour is an error at
+    the op that carries it, not wrong code."""
+    pytest.importorskip("z3")
+    path = str(ROOT / "examples" / "gqa_fused.mlir")
+    text = mirage_opt(path, "--mirage-layout", "--mirage-schedule").stdout
+    assert edit[0] in text
+    bad = text.replace(edit[0], edit[1], 1)
+    r = mirage_opt("--convert-mirage-to-gpu", stdin=bad)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert message in r.stderr and re.search(r"<stdin>:\d+:\d+: error", r.stderr), r.stderr
+
+
+def test_an_order_that_reads_before_it_writes_is_an_error():
+    pytest.importorskip("z3")
+    path = str(ROOT / "examples" / "gqa_fused.mlir")
+    text = mirage_opt(path, "--mirage-schedule").stdout
+    # swap the places of the first matmul (order 0) and the exp that reads it (order 1)
+    bad = text.replace("tb.order = 0 : i64", "tb.order = X").replace("tb.order = 1 : i64", "tb.order = 0 : i64")
+    bad = bad.replace("tb.order = X", "tb.order = 1 : i64")
+    r = mirage_opt("--convert-mirage-to-gpu", stdin=bad)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "whose result it reads" in r.stderr, r.stderr

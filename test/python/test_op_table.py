@@ -18,7 +18,7 @@ NOT_IN_ODS = {"tb": {"reshape", "transpose", "repeat"}}
 def test_ods_operators_are_the_table(level):
     import importlib
 
-    gen = importlib.import_module(f"mirage.dialects._{level}_ops_gen")
+    gen = importlib.import_module(f"mirage.mlir.dialects._{level}_ops_gen")
     ods = {c.OPERATION_NAME.split(".", 1)[1] for _, c in inspect.getmembers(gen, inspect.isclass)
            if hasattr(c, "OPERATION_NAME")} - STRUCTURAL[level]
     table = {n for n, d in O.OPS.items() if level in d.levels} - NOT_IN_ODS.get(level, set())

@@ -198,7 +198,7 @@ def test_check_equivalence_validates_arguments(kwargs, exc, msg):
 def test_verify_pass_options_are_usage_errors(opt, value, msg):
     """mirage-opt reports a bad option of --mirage-verify as a usage error (delta=0 was an
     'internal error in pass': math domain error)."""
-    from mirage.verify.verify_pass import VerifyPass
+    from mirage.mlir.passes.mirage_verify import VerifyPass
 
     with pytest.raises(ValueError, match=rf"option '{opt}' of pass 'mirage-verify': {msg}"):
         VerifyPass.parse_options({opt: value})

@@ -29,9 +29,9 @@ from mirage.core import rules  # noqa: E402
 from mirage.core.dtypes import float16, float32  # noqa: E402
 from mirage.core.graph import (DTensor, GraphError, KNGraph, Op, STensor, TBGraph, TBInput,  # noqa: E402
                                TBOutput)
-from mirage.core.mlir_import import MLIRImportError, parse_mlir  # noqa: E402
+from mirage.mlir.importer import MLIRImportError, parse_mlir  # noqa: E402
 from mirage.core.mlir_text import print_module  # noqa: E402
-from mirage.dialects import make_context  # noqa: E402
+from mirage.mlir.dialects import make_context  # noqa: E402
 
 F16, F32 = float16, float32
 R = -1  # a replica in a map

@@ -65,7 +65,7 @@ def cxx_verify(g):
     """Parse the μGraph's MLIR with the C++ dialects and run the C++ verifiers."""
     from mlir import ir
 
-    from mirage.dialects import make_context
+    from mirage.mlir.dialects import make_context
 
     m = ir.Module.parse(g.to_mlir(), make_context())
     assert m.operation.verify()

@@ -39,7 +39,7 @@ def test_ctrl_c_returns_partial_results():
 
 
 def test_ctrl_c_in_mirage_opt_prints_the_partial_result_and_exits_130():
-    proc = subprocess.Popen([sys.executable, "-m", "mirage.tools.mirage_opt", str(ROOT / "examples" / "gqa.mlir"),
+    proc = subprocess.Popen([sys.executable, "-m", "mirage.mlir.opt", str(ROOT / "examples" / "gqa.mlir"),
                              "--mirage-superoptimize"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     deadline = time.monotonic() + 60

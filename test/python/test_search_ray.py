@@ -130,7 +130,7 @@ def test_mirage_opt_on_the_cluster_address_and_ctrl_c(cluster):
     # another process reaches the cluster through MIRAGE_RAY_ADDRESS; Ctrl-C in the
     # middle of its search returns the best verified program so far and exits with 130
     env = dict(os.environ, PYTHONUNBUFFERED="1", MIRAGE_RAY_ADDRESS=cluster)
-    proc = subprocess.Popen([sys.executable, "-m", "mirage.tools.mirage_opt", str(ROOT / "examples" / "gqa.mlir"),
+    proc = subprocess.Popen([sys.executable, "-m", "mirage.mlir.opt", str(ROOT / "examples" / "gqa.mlir"),
                              "--mirage-superoptimize=executor=ray workers=2 cache-dir=none"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     seen = []
@@ -175,7 +175,7 @@ def test_without_ray_the_default_works_and_ray_says_what_to_install():
 def test_bad_executor_is_a_diagnostic():
     with pytest.raises(ValueError, match="executor='spark': must be 'local' or 'ray'"):
         superoptimize(gqa_ref(s=64), "attention", executor="spark")
-    out = subprocess.run([sys.executable, "-m", "mirage.tools.mirage_opt", str(ROOT / "examples" / "gqa.mlir"),
+    out = subprocess.run([sys.executable, "-m", "mirage.mlir.opt", str(ROOT / "examples" / "gqa.mlir"),
                           "--mirage-superoptimize=executor=spark"], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert "executor" in out.stderr and "expected one of local, ray, got 'spark'" in out.stderr
@@ -184,7 +184,7 @@ def test_bad_executor_is_a_diagnostic():
 def test_an_address_without_a_cluster_is_a_diagnostic():
     env = dict(os.environ, MIRAGE_RAY_ADDRESS="127.0.0.1:1")  # nothing listens on port 1
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "mirage.tools.mirage_opt", str(ROOT / "examples" / "gqa.mlir"),
+    out = subprocess.run([sys.executable, "-m", "mirage.mlir.opt", str(ROOT / "examples" / "gqa.mlir"),
                           "--mirage-superoptimize=executor=ray cache-dir=none"], capture_output=True, text=True,
                          timeout=120, env=env)
     assert time.monotonic() - t0 < 30  # Ray itself would retry for minutes

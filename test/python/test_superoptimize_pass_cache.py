@@ -20,7 +20,7 @@ OPTS = "max-block-ops=7 workers=1 time-limit=60"
 def mirage_opt(tmp_path, name, options, env):
     src = tmp_path / f"{name}.mlir"
     src.write_text(PROGRAM.format(name=name))
-    proc = subprocess.run([sys.executable, "-m", "mirage.tools.mirage_opt", str(src),
+    proc = subprocess.run([sys.executable, "-m", "mirage.mlir.opt", str(src),
                            f"--mirage-superoptimize={options}"], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr

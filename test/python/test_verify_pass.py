@@ -8,9 +8,9 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 from benchmarks import BENCHMARKS  # noqa: E402
 
-from mirage.passes import registry  # noqa: E402
+from mirage.mlir.registry import registry  # noqa: E402
 from mirage.verify.mutate import replay  # noqa: E402
-from mirage.verify.verify_pass import verify_pairs  # noqa: E402
+from mirage.mlir.passes.mirage_verify import verify_pairs  # noqa: E402
 
 SH = dict(dims={256: 32, 4096: 64}, grid={64: 4})
 

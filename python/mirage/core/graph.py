@@ -259,6 +259,12 @@ class TBGraph(_TensorOps):
             grid_dim, block_dim, forloop_range, reduction_dimx)
         self.inputs: list[TBInput] = []
         self.outputs: list[TBOutput] = []
+        # decisions of the optimizer passes read back from the IR (`mirage.mlir.importer`),
+        # which the lowering takes instead of deciding again: tile name (as
+        # `optimize.plan.tile_names`) -> (innermost dim, swizzle bytes) from `tb.layout`;
+        # the order in which the ops run (indices of `ops`) from `tb.order`
+        self.recorded_layouts: dict[str, tuple[int, int]] = {}
+        self.recorded_order: list[int] | None = None
 
     def partition(self, shape, dmap, loop_dim, what: str) -> tuple[int, ...]:
         """Tile shape of a tensor of `shape` read with grid map `dmap` and `loop_dim`."""

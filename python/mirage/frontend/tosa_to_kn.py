@@ -54,7 +54,7 @@ from ..core import ops as O
 from ..core.dtypes import dtype as Dtype
 from ..core.graph import GraphError, KNGraph
 from ..core.mlir_text import print_function, tensor_type
-from ..passes import Option, Pass, PassFailure, parse_bool, register
+from ..mlir.registry import Option, Pass, PassFailure, parse_bool, register
 
 FLOAT_TYPES = {"f16", "bf16", "f32"}
 
@@ -630,7 +630,7 @@ def convert_function(func, lift_constants: bool = False) -> FuncResult:
 
 
 def _loc(op):
-    from ..diagnostics import location_of
+    from ..mlir.diagnostics import location_of
 
     return location_of(op)
 
@@ -888,7 +888,7 @@ class ConvertTosaToKn(Pass):
     )
 
     def run(self, module, allow_partial: bool = True, **_) -> None:
-        from .. import diagnostics as D
+        from ..mlir import diagnostics as D
 
         ir = _ir()
         try:

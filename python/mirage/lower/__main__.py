@@ -20,7 +20,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-async-copy", action="store_true")
     ap.add_argument("-o", "--out", default=None, help="write bundles under this directory")
     a = ap.parse_args(argv)
-    from ..core.mlir_import import load_mlir
+    from ..mlir.importer import load_mlir
     from . import Options, compile, convert_to_gpu
     from .pipeline import run_pipeline
 

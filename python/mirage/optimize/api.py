@@ -32,13 +32,19 @@ def optimize_graph(g: KNGraph, **options) -> dict[int, BlockPlan]:
     for j, op in enumerate(g.ops):
         if op.kind != "graph_def":
             continue
-        gi = {}
-        for k, t in enumerate(op.inputs):
-            if t.producer == "input" and t.index in g.strides:
-                st = g.strides[t.index]
-                if 1 in st:
-                    gi[k] = len(st) - 1 - list(reversed(st)).index(1)
         opts = dict(options)
         opts.setdefault("capacity", g.smem_capacity)
-        plans[j] = optimize(op.body, global_inner=gi or None, **opts)
+        plans[j] = optimize(op.body, global_inner=global_inner(g, op), **opts)
     return plans
+
+
+def global_inner(g: KNGraph, op) -> dict[int, int] | None:
+    """Input iterator index -> the innermost (stride-1) dim of the device tensor it reads,
+    for the inputs of kernel op `op` of `g` with non-default strides (None if none)."""
+    gi = {}
+    for k, t in enumerate(op.inputs):
+        if t.producer == "input" and t.index in g.strides:
+            st = g.strides[t.index]
+            if 1 in st:
+                gi[k] = len(st) - 1 - list(reversed(st)).index(1)
+    return gi or None

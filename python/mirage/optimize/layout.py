@@ -175,6 +175,14 @@ def _plan(tb, choice, costs, optimal, enabled) -> LayoutPlan:
     return LayoutPlan(out, costs.total(choice), default, optimal, enabled)
 
 
+def recorded_layouts(tb: TBGraph, global_inner: Mapping[int, int] | None = None) -> LayoutPlan:
+    """The layouts the IR recorded (`tb.layout`, read into `tb.recorded_layouts`); a tile
+    without one is row-major and unswizzled."""
+    choice = default_layouts(tb)
+    choice.update(tb.recorded_layouts)
+    return _plan(tb, choice, _Costs(tb, global_inner), False, True)
+
+
 def select_layouts(tb: TBGraph, enabled: bool = True, global_inner: Mapping[int, int] | None = None,
                    timeout_ms: int = 10_000) -> LayoutPlan:
     """Choose each tile's innermost dim and swizzle minimizing the model cost.

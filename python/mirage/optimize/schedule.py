@@ -139,19 +139,42 @@ def program_order(tb: TBGraph) -> list[int]:
     return sorted(range(len(tb.ops)), key=lambda j: (REGION_RANK[reg[j]], j))
 
 
+def valid_order(tb: TBGraph, order: list[int]) -> str | None:
+    """Why `order` (indices of tb.ops) cannot be a schedule of `tb`, or None: it must
+    hold every op once, run each op after the ops whose results it reads, and keep the
+    regions in order (before the loop, in it, after it)."""
+    if sorted(order) != list(range(len(tb.ops))):
+        return f"the order must number the {len(tb.ops)} ops 0..{len(tb.ops) - 1}, each once"
+    reg = regions(tb)
+    pos = {j: p for p, j in enumerate(order)}
+    made = {id(t): j for j, op in enumerate(tb.ops) for t in op.outputs}
+    for j, op in enumerate(tb.ops):
+        for t in op.inputs:
+            if id(t) in made and pos[made[id(t)]] > pos[j]:
+                return f"op {j} ({op.kind}) comes before op {made[id(t)]}, whose result it reads"
+    ranks = [REGION_RANK[reg[j]] for j in order]
+    if ranks != sorted(ranks):
+        return "the order must run the ops before the for-loop first, then the loop's, then those after it"
+    return None
+
+
 def schedule(tb: TBGraph, enabled: bool = True,
-             layouts: Mapping[str, TileLayout] | None = None) -> SchedulePlan:
-    """Order `tb`'s ops by depth (or keep the program order when disabled)."""
+             layouts: Mapping[str, TileLayout] | None = None, order: list[int] | None = None) -> SchedulePlan:
+    """Order `tb`'s ops by depth (or keep the program order when disabled; or take
+    `order`, one already chosen, e.g. recorded in the IR: see `valid_order`)."""
     deps = _Deps(tb, layouts)
     base = program_order(tb)
     base_count, base_before = deps.simulate(base)
-    if enabled:
+    depth_order = enabled and order is None
+    if order is not None:
+        order = list(order)
+    elif enabled:
         depth = deps.depths()
         order = sorted(base, key=lambda j: (REGION_RANK[deps.region[j]], depth[j], j))
     else:
         order = base
     count, before = deps.simulate(order)
-    if enabled and count > base_count:  # never worse than the program order
+    if depth_order and count > base_count:  # never worse than the program order
         order, count, before = base, base_count, base_before
     stages: list[Stage] = []
     for j in order:

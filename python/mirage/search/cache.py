@@ -9,7 +9,7 @@ new one; of concurrent writers of one key the last wins, each with a complete en
 readable by the other users as the umask allows, and a reader discards a bad entry only
 if no writer has replaced it since it was read.
 
-Nothing is returned unchecked: reading back goes through `mirage.core.mlir_import.parse_mlir`
+Nothing is returned unchecked: reading back goes through `mirage.mlir.importer.parse_mlir`
 (MLIR + the C++ dialects, so the cached graphs pass the C++ verifiers and the Python
 builder's checks again), then every cached program must have the reference's signature
 and pass the verifier against it (finite-field trials). A file that does not parse, or
@@ -130,7 +130,7 @@ def secret() -> bytes:
 
 def parse_cached(text: str):
     """The one function behind which reading the cache back sits."""
-    from ..core.mlir_import import parse_mlir
+    from ..mlir.importer import parse_mlir
 
     return parse_mlir(text)
 

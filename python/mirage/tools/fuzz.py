@@ -279,8 +279,8 @@ LOCATED = re.compile(r"loc\(")
 def run_case(text: str, argv: list[str], fname: str = "fuzz.mlir") -> tuple[str, str]:
     """(outcome, first error or '') of `mirage-opt fname argv` on `text`, in this process
     (crashes and hangs are the caller's: see `Runner`)."""
-    from .. import diagnostics as D
-    from . import mirage_opt as M
+    from ..mlir import diagnostics as D
+    from ..mlir import opt as M
 
     ours = M.registry()
     try:
@@ -345,7 +345,7 @@ class Runner:
         self.proc = None
 
     def _start(self):
-        from . import mirage_opt as M
+        from ..mlir import opt as M
 
         M.registry()  # import the passes once, before forking
         ctx = mp.get_context("fork")

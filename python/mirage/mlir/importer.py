@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from contextlib import contextmanager
 
-from .dtypes import dtype
-from .graph import KNGraph, TBGraph, THGraph, new_thread_graph
-from .ops import ACCUMULATORS, OPS
+from ..core.dtypes import dtype
+from ..core.graph import KNGraph, TBGraph, THGraph, new_thread_graph
+from ..core.ops import ACCUMULATORS, OPS
 
 
 class MLIRImportError(ValueError):
@@ -43,7 +43,7 @@ def _at(op):
 
 
 def _context():
-    from ..dialects import make_context
+    from .dialects import make_context
 
     return make_context()
 
@@ -159,7 +159,7 @@ def _import_thread_graph(op, env: _Env, tb: TBGraph):
         env[r] = t
 
 
-def _import_graph_def(op, env: _Env, g: KNGraph):
+def _import_graph_def(op, env: _Env, g: KNGraph, origins: dict):
     tb = TBGraph(_i64s(_attr(op, "grid_dims")), _i64s(_attr(op, "block_dims")),
                  _int(_attr(op, "forloop_range")), _int(_attr(op, "dimx")))
     block = op.regions[0].blocks[0]
@@ -177,6 +177,7 @@ def _import_graph_def(op, env: _Env, g: KNGraph):
                     raise MLIRImportError("tb.input must read a region argument", o)
                 imap, loop = parse_map(str(_attr(o, "map")))
                 inner[o.results[0]] = tb.new_input(dts[k], imap, loop)
+                origins[id(inner[o.results[0]])] = o
                 reads.append(dts[k])
             elif name == "tb.output":
                 omap, loop = parse_map(str(_attr(o, "map")))
@@ -184,20 +185,74 @@ def _import_graph_def(op, env: _Env, g: KNGraph):
             elif name == "tb.forloop_accum":
                 kind = ACCUMULATORS[_int(_attr(o, "kind"))]  # the ODS enum lists them in this order
                 inner[o.results[0]] = tb.forloop_accum(inner[o.operands[0]], None if kind == "none" else kind)
+                origins[id(inner[o.results[0]])] = o
             elif name == "tb.thread_graph":
                 _import_thread_graph(o, inner, tb)
+                origins.update((id(inner[r]), o) for r in o.results)
             elif name.startswith("tb."):
                 t = _apply(tb, name[3:], o, [inner[v] for v in o.operands])
                 for r, x in zip(o.results, t.producer.outputs):  # reduction_max defines two
                     inner[r] = x
+                    origins[id(x)] = o
             else:
                 raise MLIRImportError(f"'{name}' is not a block-graph op", o)
+    _read_plan(tb, origins)
     outs = g.customized(reads, tb)
+    origins[id(outs[0].producer)] = op
     for r, t in zip(op.results, outs):
         env[r] = t
 
 
-def _import_function(func, smem_capacity: int | None = None) -> KNGraph:
+def _read_plan(tb: TBGraph, origins: dict) -> None:
+    """The optimizer passes' decisions recorded on the block graph's ops: `tb.layout`
+    (a dictionary `{inner, swizzle}`; an array of them on an op with several results)
+    and `tb.order` (the op's place in the order the ops run)."""
+    import mlir.ir as ir
+
+    from ..optimize.plan import tile_names, tiles
+
+    by_id = {id(x): x for x in tiles(tb)}
+    for t, name in tile_names(tb).items():
+        o = origins[t]
+        if "tb.layout" not in o.attributes:
+            continue
+        with _at(o):
+            a = o.attributes["tb.layout"]
+            if isinstance(a, ir.ArrayAttr):
+                arr = ir.ArrayAttr(a)
+                k = int(name.split(".")[1]) if "." in name else 0
+                if k >= len(arr):
+                    raise MLIRImportError(f"tb.layout has {len(arr)} entries for an op with more results")
+                a = arr[k]
+            d = ir.DictAttr(a)
+            if "inner" not in d or "swizzle" not in d:
+                raise MLIRImportError("tb.layout needs {inner = D : i64, swizzle = S : i64}")
+            inner, swz = _int(d["inner"]), _int(d["swizzle"])
+            st = by_id[t]
+            row = st.shape[inner] * st.dtype.itemsize if 0 <= inner < len(st.shape) else 0
+            if not 0 <= inner < len(st.shape) or swz not in (0, 32, 64, 128) or (swz and row % swz):
+                raise MLIRImportError(f"tb.layout {{inner = {inner}, swizzle = {swz}}} does not fit a tile of "
+                                      f"shape {list(st.shape)} (inner: a dim of the tile; swizzle: 0, 32, 64 "
+                                      f"or 128 bytes dividing the row of {row} bytes)")
+            tb.recorded_layouts[name] = (inner, swz)
+    ops = [origins[id(op.outputs[0])] for op in tb.ops]
+    if any("tb.order" in o.attributes for o in ops):
+        from ..optimize.schedule import valid_order
+
+        where = next(o for o in ops if "tb.order" in o.attributes)
+        with _at(where):
+            if not all("tb.order" in o.attributes for o in ops):
+                raise MLIRImportError("tb.order must be on every op of the block graph, or on none")
+            pos = [_int(o.attributes["tb.order"]) for o in ops]
+            order = sorted(range(len(ops)), key=lambda j: pos[j])
+            why = valid_order(tb, order) if sorted(pos) == list(range(len(ops))) else \
+                f"tb.order must number the {len(ops)} ops 0..{len(ops) - 1}, each once"
+            if why:
+                raise MLIRImportError(why)
+        tb.recorded_order = order
+
+
+def _import_function(func, smem_capacity: int | None, origins: dict) -> KNGraph:
     import mlir.ir as ir
 
     g = KNGraph(name_of(func))
@@ -223,7 +278,7 @@ def _import_function(func, smem_capacity: int | None = None) -> KNGraph:
                 for v in op.operands:
                     g.mark_output(env[v])
             elif name == "kn.graph_def":
-                _import_graph_def(op, env, g)
+                _import_graph_def(op, env, g, origins)
             elif name.startswith("kn.") and name[3:] in OPS:
                 env[op.results[0]] = _apply(g, name[3:], op, [env[v] for v in op.operands])
             elif name.startswith("tosa."):
@@ -241,12 +296,15 @@ def name_of(func) -> str:
     return ir.StringAttr(func.attributes["sym_name"]).value
 
 
-def parse_mlir(source) -> list[KNGraph]:
-    """MLIR text (or an `mlir.ir.Module` / module Operation) -> one KNGraph per function."""
+def parse_mlir(source, origins: dict | None = None) -> list[KNGraph]:
+    """MLIR text (or an `mlir.ir.Module` / module Operation) -> one KNGraph per function.
+    `origins`, when given, receives id(model object) -> the mlir Operation it came from,
+    for graph-defined kernel ops and every tile of their block graphs (passes annotate
+    the IR through it)."""
     import mlir.ir as ir
 
     if isinstance(source, str):
-        from ..dialects import parse_module
+        from .dialects import parse_module
 
         module = parse_module(source, _context())
         op = module.operation
@@ -258,7 +316,7 @@ def parse_mlir(source) -> list[KNGraph]:
     for f in _ops(op.regions[0].blocks[0]):
         if f.name == "func.func":
             with _at(f):  # the arguments' rules (dtypes, sizes, strides)
-                g = _import_function(f, cap)
+                g = _import_function(f, cap, {} if origins is None else origins)
             graphs.append(g)
     return graphs
 
@@ -269,19 +327,3 @@ parse_module = parse_mlir
 def load_mlir(path: str) -> list[KNGraph]:
     with open(path) as f:
         return parse_mlir(f.read())
-
-
-def replace_body(module_op, graphs) -> None:
-    """Replace the functions of `module_op` by the MLIR of `graphs` (for passes)."""
-    import mlir.ir as ir
-
-    from .mlir_text import print_module
-
-    new = ir.Module.parse(print_module(graphs), module_op.context)
-    body = module_op.regions[0].blocks[0]
-    for o in list(body.operations):
-        o.erase()
-    ip = ir.InsertionPoint(body)
-    for o in list(new.body.operations):
-        o.detach_from_parent()
-        ip.insert(o)

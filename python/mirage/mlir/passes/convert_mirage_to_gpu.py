@@ -15,14 +15,15 @@ from __future__ import annotations
 import json
 
 from .. import diagnostics as D
-from ..passes import Option, Pass, PassFailure, functions, import_graphs, parse_bool, register
-from .kernel_plan import LoweringError, Options
+from ..bridge import functions, import_graphs
+from ..registry import Option, Pass, PassFailure, parse_bool, register
+from ...lower.kernel_plan import LoweringError, Options
 
 
 def _lower_module(module, opts: Options) -> None:
     import mlir.ir as ir
 
-    from .convert import convert
+    from ...lower.convert import convert
 
     graphs = import_graphs(module, "convert-mirage-to-gpu")
     if not graphs:

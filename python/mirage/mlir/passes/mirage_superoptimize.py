@@ -1,7 +1,7 @@
 """The `mirage-superoptimize` pass: replace each reference function by its best μGraph.
 
-Reads the module's functions as KNGraphs (`mirage.core.mlir_import.parse_mlir`), runs
-`superoptimize` on each, and rewrites the module (`mlir_import.replace_body`) with the
+Reads the module's functions as KNGraphs (`mirage.mlir.importer.parse_mlir`), runs
+`superoptimize` on each, and rewrites the module (`bridge.replace_body`) with the
 best μGraph under the function's name; with `keep-top-k=K` the next K-1 verified
 candidates are added as `@<name>_alt<k>`. Progress and the final report go to stderr
 (`verbose=0` silences them). The preset defaults to `auto` (chosen from the program:
@@ -16,7 +16,7 @@ and search configuration (`search.cache`; renamed copies of a function share it,
 entry is checked by the verifier before it is used); `cache-dir=none` searches afresh and
 writes nothing. A cache directory that cannot be created is skipped with a warning.
 
-Errors are reported at the op at fault (MLIR the model cannot take: `passes.import_graphs`;
+Errors are reported at the op at fault (MLIR the model cannot take: `bridge.import_graphs`;
 a block or thread op the search has no abstract expression for) or at the function (the
 search's own errors).
 """
@@ -27,7 +27,8 @@ import sys
 import time
 
 from .. import diagnostics
-from ..passes import Interrupted, Option, Pass, PassFailure, functions, import_graphs, parse_bool, register
+from ..bridge import functions, import_graphs
+from ..registry import Interrupted, Option, Pass, PassFailure, parse_bool, register
 
 
 def _seconds(text: str) -> float:
@@ -47,7 +48,7 @@ def _count(low: int):
 
 
 def _executor(text: str) -> str:
-    from .executor import EXECUTORS
+    from ...search.executor import EXECUTORS
 
     if text not in EXECUTORS:
         raise ValueError(f"expected one of {', '.join(EXECUTORS)}, got '{text}'")
@@ -62,7 +63,7 @@ def resolve_cache_dir(value: str) -> str | None:
     """The `cache-dir` option's folder: `none` (any case) is no cache, empty (the default)
     the user cache directory (`mirage.paths.search_cache_dir()`), else the path given
     (`~` expanded)."""
-    from ..paths import search_cache_dir
+    from ...paths import search_cache_dir
 
     if value.lower() == "none":
         return None
@@ -72,7 +73,7 @@ def resolve_cache_dir(value: str) -> str | None:
 def _unsearchable(func) -> list:
     """[(mlir op, op name)]: block- and thread-graph ops of `func` that have no abstract
     expression; the search cannot take a program with them (it would fail inside)."""
-    from ..core.ops import OPS
+    from ...core.ops import OPS
 
     out = []
 
@@ -114,8 +115,8 @@ class SuperoptimizePass(Pass):
     )
 
     def run(self, module, **o) -> None:
-        from ..core.mlir_import import replace_body
-        from .driver import superoptimize
+        from ..bridge import replace_body
+        from ...search.driver import superoptimize
 
         deadline = time.monotonic() + o["time-limit"]
         funcs = functions(module)

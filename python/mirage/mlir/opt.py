@@ -16,8 +16,8 @@ import sys
 import traceback
 from dataclasses import dataclass
 
-from .. import diagnostics as D
-from ..passes import Interrupted, Pass, PassFailure, registry
+from . import diagnostics as D
+from .registry import Interrupted, Pass, PassFailure, registry
 
 SPLIT_MARKER = re.compile(r"^// -----\s*$", re.M)
 EXPECT = re.compile(r"expected-(error|warning|remark|note)\s*(?:@(above|below|[+-]\d+))?\s*\{\{(.*?)\}\}")
@@ -192,7 +192,7 @@ def process_chunk(text: str, args: Args, ours, fname: str, sink: D.Sink) -> str 
     """Parse, run the pipeline; returns the printed module or None on failure."""
     import mlir.ir as ir
 
-    from ..dialects import ParseAborted, make_context, parse_module
+    from .dialects import ParseAborted, make_context, parse_module
 
     ctx = make_context()
     try:
@@ -253,7 +253,7 @@ def run(argv: list[str]) -> int:
     args = parse_args(argv, ours)
     fname = "<stdin>" if args.input == "-" else args.input
     if args.pipeline:  # reject unknown passes and bad options before reading input
-        from ..dialects import make_context
+        from .dialects import make_context
 
         build_pass_manager(args.pipeline, ours, make_context(), False)
     try:

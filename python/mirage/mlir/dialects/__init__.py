@@ -1,13 +1,13 @@
 """MLIR side of mirage: the kn / tb / th dialects in the upstream Python bindings.
 
-    from mirage.dialects import make_context
+    from mirage.mlir.dialects import make_context
     ctx = make_context()            # an mlir.ir.Context with kn, tb, th loaded
     module = mlir.ir.Module.parse(text, ctx)
 
-    from mirage.dialects import register_dialects
+    from mirage.mlir.dialects import register_dialects
     register_dialects(existing_ctx)  # same, for a context you made
 
-    from mirage.dialects import kn, tb, th   # generated op classes (kn.MatmulOp, ...)
+    from mirage.mlir.dialects import kn, tb, th   # generated op classes (kn.MatmulOp, ...)
 
 The dialects are compiled into mirage/_lib/libMirageCAPI.so (linked against the
 bindings' own libMLIRPythonCAPI.so) and registered through the C function
@@ -25,7 +25,7 @@ import threading
 
 from mlir import ir as _ir  # noqa: F401  (loads libMLIRPythonCAPI.so first)
 
-from ..config import capi_lib
+from ...config import capi_lib
 
 __all__ = ["register_dialects", "make_context", "format_scalar", "load_library", "parse_module", "ParseAborted"]
 

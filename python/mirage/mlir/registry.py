@@ -3,11 +3,13 @@
 A pass is a subclass of `Pass` with an `argument` (its flag in `mirage-opt`, e.g.
 `mirage-verify`), a `summary`, typed `options`, and `run(module, **options)`, where
 `module` is the `mlir.ir.Operation` of a `builtin.module`. A pass reports problems
-through `mirage.diagnostics` and raises `PassFailure` to fail the pipeline.
+through `mirage.mlir.diagnostics` and raises `PassFailure` to fail the pipeline.
 
-Each pass lives in the layer it belongs to (verify/, search/, optimize/, lower/,
-frontend/); `PASS_MODULES` lists the modules that define passes, imported on first use
-so that `import mirage` stays light.
+Each pass is one file of `mirage/mlir/passes/` named after its flag (the TOSA import,
+`convert-tosa-to-kn`, still lives in `frontend/tosa_to_kn.py`); it crosses to the model
+and back through `mirage.mlir.bridge` and calls the stage that does the work (verify/,
+search/, optimize/, lower/). `PASS_MODULES` lists the modules that define passes,
+imported on first use so that `import mirage` stays light.
 """
 from __future__ import annotations
 
@@ -65,30 +67,13 @@ class Pass:
         return out
 
 
-def functions(module) -> list:
-    """The `func.func` Operations of a module, in order (one per graph of `import_graphs`)."""
-    return [f.operation for f in module.regions[0].blocks[0].operations if f.operation.name == "func.func"]
-
-
-def import_graphs(module, pass_name: str) -> list:
-    """The module's functions as KNGraphs; MLIR the model cannot take (another dialect's
-    op, a broken model rule, a function returning nothing) is reported at the op at fault
-    and fails the pass."""
-    from . import diagnostics as D
-    from .core.mlir_import import MLIRImportError, parse_module
-
-    try:
-        return parse_module(module)
-    except MLIRImportError as e:
-        D.error(e.op if e.op is not None else module, f"{pass_name}: {e.reason}")
-        raise PassFailure(str(e)) from None
-
-
 PASS_MODULES = [
-    "mirage.verify.verify_pass",
-    "mirage.search.superoptimize_pass",
-    "mirage.optimize.passes",
-    "mirage.lower.passes",
+    "mirage.mlir.passes.mirage_verify",
+    "mirage.mlir.passes.mirage_superoptimize",
+    "mirage.mlir.passes.mirage_layout",
+    "mirage.mlir.passes.mirage_schedule",
+    "mirage.mlir.passes.mirage_smem_plan",
+    "mirage.mlir.passes.convert_mirage_to_gpu",
     "mirage.frontend.tosa_to_kn",
 ]
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import diagnostics as D
-from ..passes import Option, Pass, PassFailure, import_graphs, parse_bool, register
+from ..bridge import import_graphs
+from ..registry import Option, Pass, PassFailure, parse_bool, register
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Outcome:
 def verify_pairs(graphs: dict, pairs: list, delta: float = 1e-9, seed: int = 0, fp_check: bool = True,
                  max_trials: int = 64) -> list[Outcome]:
     """The pass logic on the Python model: `graphs` name -> KNGraph, `pairs` [(cand, ref)]."""
-    from .equivalence import check_equivalence
+    from ...verify.equivalence import check_equivalence
 
     out = []
     for cand, ref in pairs:

@@ -1,0 +1,35 @@
+"""`--mirage-layout`: choose the innermost dim and swizzle of every shared-memory tile
+(paper §6, an ILP solved with Z3) and record them on the ops that define the tiles:
+`tb.layout = {inner = D : i64, swizzle = S : i64}` (`tb.input` and compute ops; an array
+of them on an op with several results), and `tb.layout_cost = C : i64` on the
+`kn.graph_def`. `convert-mirage-to-gpu` takes the recorded layouts instead of choosing.
+"""
+from __future__ import annotations
+
+from ..bridge import graph_defs, set_attr
+from ..registry import Pass, register
+from ...optimize.api import global_inner
+from ...optimize.layout import select_layouts
+
+
+def _text(lay) -> str:
+    return f"{{inner = {lay.inner_dim} : i64, swizzle = {lay.swizzle} : i64}}"
+
+
+@register
+class LayoutPass(Pass):
+    argument = "mirage-layout"
+    summary = "Choose the innermost dim and swizzle of every shared-memory tile (ILP, Z3)"
+
+    def run(self, module, **_) -> None:
+        for gdef, g, tb, tiles in graph_defs(module, self.argument):
+            kop = next(op for op in g.ops if op.body is tb)
+            plan = select_layouts(tb, global_inner=global_inner(g, kop))
+            for j, op in enumerate(tb.ops):
+                if len(op.outputs) > 1:
+                    set_attr(tiles[f"op{j}.0"], "tb.layout",
+                             "[" + ", ".join(_text(plan.tiles[f"op{j}.{k}"]) for k in range(len(op.outputs))) + "]")
+            for name, lay in plan.tiles.items():
+                if "." not in name:
+                    set_attr(tiles[name], "tb.layout", _text(lay))
+            set_attr(gdef, "tb.layout_cost", f"{plan.cost} : i64")
