@@ -100,11 +100,19 @@ def test_table2_identities(seed):
 
 def test_matmul_mod_exact_at_the_edges():
     """The float64 BLAS matmul equals exact integer arithmetic, for residues near p - 1,
-    every limb width (K from 2 to 2^14) and a chunked contraction (K > 2^14)."""
-    from mirage.verify.field import _matmul_mod
+    every limb plan (`_limb_plan`: one chunk at its longest, 128 terms, and several) and
+    batched operands that broadcast."""
+    from mirage.verify.field import _limb_plan, _matmul_mod
     p = safe_primes(1)[0][0]
     rng = np.random.default_rng(0)
-    for k in (2, 64, 300, 5000, 16384, 20000):
+    for k in (64, 128, 5000, 40000):  # every partial sum of a chunk stays exact
+        L, w, c = _limb_plan(k, p)
+        assert w * L >= 32 and c * 2 ** (w - 1) * (p - 1) < 2 ** 53
+    a = p - 1 - rng.integers(0, 3, (2, 1, 5, 200))
+    b = rng.integers(0, p, (1, 3, 200, 4))
+    exact = np.einsum("...ij,...jk->...ik", a.astype(object), b.astype(object)) % p
+    assert np.array_equal(_matmul_mod(a, b, p), exact.astype(np.int64))
+    for k in (2, 64, 127, 128, 129, 300, 4096, 5000, 16384, 20000):
         a = p - 1 - rng.integers(0, 3, (3, k))
         b = p - 1 - rng.integers(0, 3, (k, 2))
         b[::7] = rng.integers(0, p, b[::7].shape)

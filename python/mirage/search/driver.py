@@ -21,6 +21,7 @@ from . import check as CHK
 from . import executor as X
 from .config import INTERRUPT_GRACE, SearchConfig, make_config
 from ..target import DEFAULT, Target
+from ..verify.blas import set_threads as set_blas_threads
 from .cost import cost, read_bound
 from .generator import Generator, Stats, Stop
 from . import measure as M
@@ -37,8 +38,9 @@ _W: dict = {}
 
 
 def _init_worker(deadline, stop_event, ref, cfg, pro=None, bound=None, device=DEFAULT, quiet=True):
-    if quiet:
+    if quiet:  # a worker process (quiet=False: the caller's own process, left as it is)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        set_blas_threads(1)  # one worker per core: BLAS threads on top oversubscribe them
     # with input prologues the generator searches the core program; plans are folded
     # back (prologue.fold) before they are built against the reference
     _W["gen"] = Generator(pro.core if pro is not None else ref, cfg, deadline, stop_event, bound, device)
@@ -420,6 +422,7 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=Non
 
 def _ignore_sigint(deadline, stop_flag):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_blas_threads(1)
 
 
 def _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline, progress=None) -> int:

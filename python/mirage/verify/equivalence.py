@@ -253,8 +253,11 @@ def check_equivalence(reference: KNGraph, candidate: KNGraph, delta: float = 1e-
     res.per_trial_bound, res.bound_details = eps, detail
     need = trials_for(eps, delta)
     n_trials = vacuous_trials if need is None else min(need, max_trials)
-    if need is None and random_model and _random_model_bounds(reference, candidate, p, delta):
-        n_trials = 1  # the random-function model gives the bound; one ω^x trial gates its exp/sqrt identities
+    random_reports = None  # the random-model analyses, computed once when needed
+    if need is None and random_model:
+        random_reports = analyze(reference, "random"), analyze(candidate, "random")
+        if trials_for(random_model_bound(*random_reports, *_random_primes(p))[0], delta) is not None:
+            n_trials = 1  # the random-function model gives the bound; one ω^x trial gates its exp/sqrt identities
     track_q = ra.uses_exp or ca.uses_exp
     rng = np.random.default_rng(seed)
 
@@ -269,7 +272,8 @@ def check_equivalence(reference: KNGraph, candidate: KNGraph, delta: float = 1e-
     res.error_bound = min(1.0, eps ** res.trials) if eps < 1.0 else 1.0
     res.bound_met = res.error_bound <= delta
     if not res.bound_met and random_model:
-        _random_model(reference, candidate, delta, rng, res, max_trials, max_resamples, progress)
+        random_reports = random_reports or (analyze(reference, "random"), analyze(candidate, "random"))
+        _random_model(reference, candidate, random_reports, delta, rng, res, max_trials, max_resamples, progress)
     elif not res.bound_met and "note" not in detail:
         detail["note"] = f"{res.trials} trials of per-trial bound {eps:.3g} give {res.error_bound:.3g} > delta"
 
@@ -393,18 +397,11 @@ def _random_primes(p: int) -> tuple[int, int]:
     return p, next(pp for pp, _ in safe_primes(4) if pp != p)
 
 
-def _random_model_bounds(reference, candidate, p: int, delta: float) -> bool:
-    """Whether the random-function model reaches `delta` for this pair (analysis only)."""
-    eps, _ = random_model_bound(analyze(reference, "random"), analyze(candidate, "random"), *_random_primes(p))
-    return trials_for(eps, delta) is not None
-
-
-def _random_model(reference, candidate, delta, rng, res, max_trials, max_resamples, progress):
+def _random_model(reference, candidate, reports, delta, rng, res, max_trials, max_resamples, progress):
     """The random-function model after an ω^x test whose bound is not met (see
-    `random_model_bound`); updates `res`."""
+    `random_model_bound`; `reports`: the two graphs' random-model analyses); updates `res`."""
     p, p2 = res.random_primes = _random_primes(res.primes[0])
-    rr, rc = analyze(reference, "random"), analyze(candidate, "random")
-    eps, det = random_model_bound(rr, rc, p, p2)
+    eps, det = random_model_bound(*reports, p, p2)
     omega_note = res.bound_details.get("note", f"ω^x bound {res.error_bound:.3g} > delta")
     res.bound_details = dict(det, omega=dict(res.bound_details), omega_error_bound=res.error_bound)
     need = trials_for(eps, delta)

@@ -141,82 +141,122 @@ def _powmod_scalar_exp(x: np.ndarray, e: int, m: int) -> np.ndarray:
     return result
 
 
-_KMAX_BITS = 14  # contraction chunk: 2^14 terms, 8-bit limbs (8 + 31 + 14 = 53)
+# float64 integers are exact below 2^53; partial sums are kept below this margin so that a
+# reduction's quotient times m (|quotient·m| <= |r| + m) is exact as well
+_EXACT = (1 << 53) - (1 << 33)
+# per output element: one multiply-add of a limb product costs ~1/50 of a reduction pass
+# (4 memory passes); picks the limb count (see `_limb_plan`)
+_MACS_PER_PASS = 50
+
+
+def _limb_plan(k: int, m: int) -> tuple[int, int, int]:
+    """(L, w, c): the split operand as L signed w-bit digits (|digit| <= 2^(w-1), wL >= 32),
+    the contraction in chunks of c terms with c·2^(w-1)·(m-1) <= _EXACT (every partial sum
+    exact). Fewer limbs mean fewer products but shorter chunks, each reduced mod m: the plan
+    with the least work per output element (products + reduction passes) wins."""
+    best = None
+    for L in (2, 3, 4):
+        w = -(-32 // L)
+        c = min(k, _EXACT // ((1 << (w - 1)) * (m - 1)))
+        work = L * k + -(-k // c) * L * _MACS_PER_PASS
+        if best is None or work < best[0]:
+            best = (work, L, w, c)
+    return best[1:]
 
 
 def _matmul_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
-    """(a @ b) mod m for residues < 2^31, exactly, through float64 BLAS.
+    """(a @ b) mod m for residues in [0, m), m < 2^31, exactly, through float64 BLAS.
 
     The larger operand is converted to float64 once, whole (31-bit integers are exact); the
-    smaller one is split into w-bit limbs with w + 31 + log2(K) <= 53, so every partial sum
-    of limb x residue products stays below 2^53 (exact). K <= 2^8 gives 16-bit limbs (2
-    products), K <= 2^14 8-bit or wider limbs (<= 4 products); longer contractions are
-    chunked. Converting the big operand (a 4096 x 6144 weight) once instead of as two limb
-    arrays is what matters: the products themselves are cheap."""
+    smaller one is split into L signed digits stacked into one operand, so one BLAS product
+    per contraction chunk reads the big operand once (a 4096 x 6144 weight read once instead
+    of once per limb); see `_limb_plan` for L and the chunk. Chunk products are reduced mod m
+    lazily (to |r| <= m/2 + 2, by float64 Barrett with rint) and summed; the digits are then
+    recombined by Horner from the top, reducing only where a bound would pass 2^53."""
     k = a.shape[-1]
     a_small = a.size <= b.size
     big = _as_float(b if a_small else a)
     small = a if a_small else b
-    if k > 1 << _KMAX_BITS:
-        c = 1 << _KMAX_BITS
-        acc = None
-        for s in range(0, k, c):
-            if a_small:
-                part = _mm_limbs(small[..., s:s + c], big[..., s:s + c, :], m, True)
-            else:
-                part = _mm_limbs(small[..., s:s + c, :], big[..., s:s + c], m, False)
-            acc = part if acc is None else (acc + part) % m
-        return acc
-    return _mm_limbs(small, big, m, a_small)
-
-
-_SCRATCH: list = [np.empty(0)]
-
-
-def _as_float(x: np.ndarray) -> np.ndarray:
-    """x as float64 in a reused scratch buffer (fresh 100 MB arrays cost more in page faults
-    than the conversion itself). Valid until the next call."""
-    if x.size < 1 << 20:
-        return x.astype(np.float64)
-    if _SCRATCH[0].size < x.size:
-        _SCRATCH[0] = np.empty(x.size)
-    out = _SCRATCH[0][:x.size].reshape(x.shape)
-    np.copyto(out, x, casting="unsafe")
+    L, w, c = _limb_plan(k, m)
+    axis = -2 if a_small else -1
+    digits = np.concatenate(_digits(small, L, w), axis=axis)
+    acc = None
+    for s0 in range(0, k, c):
+        if a_small:
+            prod = np.matmul(digits[..., s0:s0 + c], big[..., s0:s0 + c, :])
+        else:
+            prod = np.matmul(big[..., s0:s0 + c], digits[..., s0:s0 + c, :])
+        if c < k:
+            _reduce(prod, m)
+        if acc is None:
+            acc = prod
+        else:
+            acc += prod
+    # bound of every part: one raw chunk, or the sum of reduced ones
+    pb = k * (1 << (w - 1)) * (m - 1) if c >= k else -(-k // c) * (m // 2 + 2)
+    parts = np.split(acc, L, axis=axis)
+    red = m // 2 + 2  # bound after a reduction
+    r, rb = parts[-1], pb
+    for part in reversed(parts[:-1]):
+        qb = pb
+        if rb * (1 << w) + qb > _EXACT:
+            _reduce(r, m)
+            rb = red
+        if rb * (1 << w) + qb > _EXACT:
+            _reduce(part, m)
+            qb = red
+        r *= float(1 << w)
+        r += part
+        rb = rb * (1 << w) + qb
+    _reduce(r, m)
+    out = r.astype(np.int64)
+    out += (out >> 63) & m  # the negative ones (an arithmetic shift: all ones) get m added
     return out
 
 
-def _fmod_exact(r: np.ndarray, m: int) -> np.ndarray:
-    """r mod m in place, for float64 integers 0 <= r < 2^53 (Barrett in floating point):
-    q = floor(r/m) < 2^22 is off by at most one after rounding, q·m < 2^53 and r - q·m are
-    exact, then one correction each way. ~6x faster than int64 %."""
-    q = r * (1.0 / m)
-    np.floor(q, out=q)
-    q *= m
-    r -= q
-    r[r < 0] += m
-    r[r >= m] -= m
-    return r
+def _digits(x: np.ndarray, L: int, w: int) -> list:
+    """x (int64 in [0, 2^31)) as L float64 arrays of balanced base-2^w digits, lowest first:
+    x = sum d_i 2^(w i), |d_i| <= 2^(w-1) (the top one is what is left, also within it)."""
+    half, mask = 1 << (w - 1), (1 << w) - 1
+    out = []
+    for _ in range(L - 1):
+        d = ((x + half) & mask) - half
+        out.append(d.astype(np.float64))
+        x = (x - d) >> w
+    out.append(x.astype(np.float64))
+    return out
 
 
-def _mm_limbs(small: np.ndarray, big: np.ndarray, m: int, small_left: bool) -> np.ndarray:
-    """(small @ big) or (big @ small) mod m, `big` already float64: the limbs of `small`
-    stacked into one operand, so the one float64 matmul reads `big` once (a GEMV-shaped
-    pair: the 4096 x 4096 weight read once instead of once per limb), then Horner from the
-    top limb."""
-    k = big.shape[-2] if small_left else big.shape[-1]
-    w = min(16, 53 - 31 - max(1, (k - 1).bit_length()))
-    mask = (1 << w) - 1
-    n = -(-31 // w)
-    axis = -2 if small_left else -1
-    limbs = np.concatenate([((small >> (w * i)) & mask).astype(np.float64) for i in range(n)], axis=axis)
-    r = _fmod_exact(np.matmul(limbs, big) if small_left else np.matmul(big, limbs), m)
-    parts = np.split(r, n, axis=axis)
-    acc = parts[-1]
-    for i in reversed(range(n - 1)):  # acc·2^w + r < 2^47 + 2^31: exact
-        acc *= float(1 << w)
-        acc += parts[i]
-        _fmod_exact(acc, m)
-    return acc.astype(np.int64)
+def _reduce(r: np.ndarray, m: int) -> None:
+    """r mod m in place, lazily: any float64 integer |r| <= _EXACT to one with |r| <= m/2 + 2
+    congruent mod m (Barrett in floating point: r·(1/m) is within 2^-30 of r/m, so its
+    rint is the nearest quotient give or take one; quotient·m and the difference are exact)."""
+    t = _scratch(1, r.shape)
+    np.multiply(r, 1.0 / m, out=t)
+    np.rint(t, out=t)
+    t *= m
+    r -= t
+
+
+_SCRATCH: list = [np.empty(0), np.empty(0)]
+
+
+def _scratch(slot: int, shape) -> np.ndarray:
+    """A float64 array of `shape` in reused scratch buffer `slot` (fresh 100 MB arrays cost
+    more in page faults than a pass over them). Valid until the next use of the slot."""
+    n = int(np.prod(shape))
+    if n < 1 << 20:
+        return np.empty(shape)
+    if _SCRATCH[slot].size < n:
+        _SCRATCH[slot] = np.empty(n)
+    return _SCRATCH[slot][:n].reshape(shape)
+
+
+def _as_float(x: np.ndarray) -> np.ndarray:
+    """x as float64 in scratch slot 0 (valid until the next call)."""
+    out = _scratch(0, x.shape)
+    np.copyto(out, x, casting="unsafe")
+    return out
 
 
 # -- keyed hashing (random functions) -----------------------------------------------------
