@@ -9,8 +9,9 @@ value as an exponent: what `exp` reads).
 Primes. p = 2q + 1 is a safe prime below 2^31 with q ≡ 3 (mod 4), so q | p - 1, the
 order-q subgroup of Z_p^* is the group of q-th roots of unity, and both p and q are
 ≡ 3 (mod 4). Residues are < 2^31, so an element-wise product fits int64 exactly. A
-matmul converts the larger operand to float64 once and splits the smaller into w-bit limbs
-(w + 31 + log2 K ≤ 53: every float64 partial sum is exact), 2-4 BLAS products recombined mod p.
+matmul converts the larger operand to float64 once and splits the smaller into signed w-bit
+digits, with the contraction chunked so every float64 partial sum is exact (`_limb_plan`),
+one BLAS product per chunk, recombined mod p.
 
 Operations (Table 3): add/sub/mul/div component-wise (division by a modular inverse;
 a zero divisor raises `FieldZeroDivision` so the caller resamples the trial and counts
