@@ -61,13 +61,15 @@ class DecodeStep(torch.nn.Module):
 
 
 def _cache_arg() -> str:
-    """The decoder layers' name of the cache argument (transformers 4.x: `past_key_value`)."""
+    """The decoder layers' name of the cache argument: `cache` since transformers 5.24,
+    `past_key_values` before, `past_key_value` in 4.x. (A wrong name is not an error: the
+    layer takes **kwargs and silently runs without the cache.)"""
     import inspect
 
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
     params = inspect.signature(LlamaDecoderLayer.forward).parameters
-    return "past_key_values" if "past_key_values" in params else "past_key_value"
+    return next(n for n in ("cache", "past_key_values", "past_key_value") if n in params)
 
 
 try:

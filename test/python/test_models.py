@@ -140,7 +140,7 @@ def test_torch_compile_backend_on_transformers_modules(backend_options, family, 
         for fn in (c, layer):
             cache = TL.new_cache(cfg, k.clone(), v.clone())
             with torch.no_grad():
-                out = fn(h, position_embeddings=(cos, sin), past_key_values=cache, use_cache=True)
+                out = fn(h, position_embeddings=(cos, sin), use_cache=True, **{TL._CACHE_ARG: cache})
             caches.append((out,) + TL.cache_tensors(cache))
         (o1, k1, v1), (o2, k2, v2) = caches
         assert torch.equal(o1, o2) and torch.equal(k1, k2) and torch.equal(v1, v2)
