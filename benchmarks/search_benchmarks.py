@@ -20,6 +20,8 @@ import mirage as mi  # noqa: E402
 from benchmarks import BENCHMARKS, Benchmark, _rmsnorm_shapes, rmsnorm_numpy  # noqa: E402
 from mirage.search import superoptimize  # noqa: E402
 from mirage.search.cost import cost  # noqa: E402
+from verify_time import cpu  # noqa: E402  (this folder is on the path: the script's own)
+
 
 def rmsnorm_eps_reference(bs=1, eps=1e-6):
     """RMSNorm with eps as PyTorch modules write it (x * rsqrt(mean(x², -1) + eps) * g) + Linear."""
@@ -65,7 +67,7 @@ def default_programs(a):
 
     names = a.names or list(PROGRAMS)
     out = ["# The default search on ordinary programs", "",
-           f"Machine: {platform.node()} ({platform.machine()}, {os.cpu_count()} cores), {a.workers} worker "
+           f"Machine: {platform.node()} ({cpu()}), {a.workers} worker "
            f"processes, {datetime.date.today()}.",
            f"Command: `PYTHONPATH=python python benchmarks/search_benchmarks.py --programs {' '.join(a.names)} "
            f"--workers {a.workers} --time-limit {a.time_limit:g}`", "",
@@ -101,6 +103,8 @@ def main():
     ap.add_argument("--save", help="with --programs: write each program's best μGraph to <dir>/<name>.mlir")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=600)
+    ap.add_argument("--bs", type=int, default=1, help="batch size of the benchmarks (not --programs)")
+    ap.add_argument("--auto", action="store_true", help="the default call (preset auto) instead of PRESET")
     a = ap.parse_args()
     results = os.path.join(os.path.dirname(__file__), "results")
     if a.programs:
@@ -112,20 +116,23 @@ def main():
     a.names = a.names or list(PRESET)
     a.out = a.out or os.path.join(results, "search_benchmarks.md")
     out = ["# Full-size searches", "",
-           f"Machine: {platform.node()} ({platform.machine()}, {os.cpu_count()} cores), {a.workers} worker "
+           f"Machine: {platform.node()} ({cpu()}), {a.workers} worker "
            f"processes, {datetime.date.today()}.",
            f"Command: `PYTHONPATH=python python benchmarks/search_benchmarks.py {' '.join(a.names)} "
-           f"--workers {a.workers} --time-limit {a.time_limit:g}`", "",
+           f"--workers {a.workers} --time-limit {a.time_limit:g} --bs {a.bs}{' --auto' if a.auto else ''}`", "",
+           "Load: the 1-minute load average before / after each search.", "",
            "Costs are the analytical cost model (H100 parameters). 'found' = the best candidate has the "
            "kernel structure of the paper's figure (one graph-defined kernel; GQA: a two-kernel split-KV "
            "candidate is among the verified ones or the ranked rest).", "",
-           "| benchmark | preset | search time | states | candidates | formally verified | best cost | kernels "
-           "| hand-fused cost | reference cost | found |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| benchmark | bs | preset | search time | load | states | candidates | formally verified | best cost "
+           "| kernels | hand-fused cost | reference cost | found |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for n in a.names:
         b = BENCHMARKS[n]
-        preset, kw = PRESET.get(n, (None, {}))
-        res = superoptimize(b.reference(1), preset, verbose=True, workers=a.workers, time_limit=a.time_limit, **kw)
+        preset, kw = ("auto", {}) if a.auto else PRESET.get(n, (None, {}))
+        load0 = os.getloadavg()[0]
+        res = superoptimize(b.reference(a.bs), preset, verbose=True, workers=a.workers, time_limit=a.time_limit,
+                            measure=False, cache_dir=None, **kw)
         print(res.report(), file=sys.stderr)
         c = res.candidates[0]
         gds = lambda g: sum(op.kind == "graph_def" for op in g.ops)
@@ -134,10 +141,10 @@ def main():
             found = f"two-kernel split-KV: {two[0].time_us:.2f} us" if two else "no"
         else:
             found = "yes" if len(c.graph.ops) == 1 and gds(c.graph) == 1 else "no"
-        out.append(f"| {n} | {preset} | {res.seconds:.1f} s{' (' + res.stats.stopped + ')' if res.stats.stopped else ''} | "
-                   f"{res.stats.states} | {res.stats.candidates} | {res.stats.formal - res.stats.formal_rejected} | "
+        out.append(f"| {n} | {a.bs} | {preset} | {res.seconds:.1f} s{' (' + res.stats.stopped + ')' if res.stats.stopped else ''} | "
+                   f"{load0:.1f} / {os.getloadavg()[0]:.1f} | {res.stats.states} | {res.stats.candidates} | {res.stats.formal - res.stats.formal_rejected} | "
                    f"{c.time_us:.2f} us | {c.cost.launches} | "
-                   f"{cost(b.fused(1)).time * 1e6:.2f} us | {res.reference_cost.time * 1e6:.2f} us | {found} |")
+                   f"{cost(b.fused(a.bs)).time * 1e6:.2f} us | {res.reference_cost.time * 1e6:.2f} us | {found} |")
     with open(a.out, "w") as f:
         f.write("\n".join(out) + "\n")
     print("\n".join(out))

@@ -21,6 +21,18 @@ from benchmarks import BENCHMARKS  # noqa: E402
 from mirage.verify import check_equivalence  # noqa: E402
 
 
+
+def cpu() -> str:
+    """The cores this process may run on (taskset), of which CPU model."""
+    model = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{len(os.sched_getaffinity(0))} of {os.cpu_count()} cores of {model}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bs", type=int, nargs="+", default=[1, 8])
@@ -28,6 +40,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "verify_time.md"))
     a = ap.parse_args()
     rows = []
+    load0 = os.getloadavg()[0]
     for bs in a.bs:
         for name in a.names:
             b = BENCHMARKS[name]
@@ -41,11 +54,11 @@ def main():
             tr = f"{r.trials - r.random_trials} + {r.random_trials}" if r.random_trials else f"{r.trials}"
             rows.append((name, bs, shapes, r.equivalent, tr, model, bound, r.max_fp_error, dt))
             print(f"{name} bs={bs}: {r.summary()} [{dt:.2f} s]", flush=True)
-    cpu = f"{os.cpu_count()}-core CPU ({platform.processor() or platform.machine()})"
     lines = [
         "# Verification time of the six benchmark pairs",
         "",
-        f"Machine: {cpu}, Python {platform.python_version()}; date {datetime.date.today().isoformat()}.",
+        f"Machine: {platform.node()} ({cpu()}), Python {platform.python_version()}; date "
+        f"{datetime.date.today().isoformat()}; load average before / after: {load0:.2f} / {os.getloadavg()[0]:.2f}.",
         f"Command: `PYTHONPATH=python python benchmarks/verify_time.py --bs {' '.join(map(str, a.bs))}`",
         "",
         "check_equivalence(reference, fused, delta=1e-9) with default options: finite-field trials",
@@ -53,7 +66,7 @@ def main():
         "`bound from`: ω^x (Theorem 2, exp = ω^x over Z_p x Z_q) or, where Theorem 2 is vacuous",
         "(softmax over 4096 keys: k ~ 2*4096^2 exp terms), the random-function model (exp, sqrt",
         "keyed random functions over Z_p x Z_p2; docs/verify.md). `trials` for the latter:",
-        "ω^x trials (3, no bound) + random-model trials.",
+        "ω^x trials (no bound; one where the random-function model gives the bound) + random-model trials.",
         "",
         "| benchmark | bs | inputs | equivalent | trials | bound from | error bound | fp16 error | time (s) |",
         "|---|---|---|---|---|---|---|---|---|",

@@ -223,6 +223,36 @@ def test_thread_graph_sites_are_counted():
         assert res.equivalent and res.bound_met and res.model == "random", res.summary()
 
 
+def test_reference_outputs_reused_across_candidates():
+    """Checking several candidates against one reference evaluates it once per trial (the
+    search's checks); each result equals the one computed afresh, rejections included."""
+    import mirage.verify.equivalence as E
+
+    r, f = small("gqa")
+    cands = [f]
+    for m in list(mutations(f))[::6]:  # a spread: the first mutants keep the program equal
+        try:
+            cands.append(replay(f, m))
+        except GraphError:
+            continue
+        if len(cands) == 8:
+            break
+    calls = []
+    real = E.evaluate
+    E.evaluate = lambda g, *a, **k: (calls.append(g), real(g, *a, **k))[1]
+    try:
+        reused = [check_equivalence(r, c, fp_check=False) for c in cands]
+    finally:
+        E.evaluate = real
+    assert sum(g is r for g in calls) <= 3  # one ω^x and one random trial (+ one resample), not one per candidate
+    fresh = []
+    for c in cands:
+        E._REFERENCE.clear()
+        fresh.append(check_equivalence(r, c, fp_check=False))
+    assert [x.summary() for x in reused] == [x.summary() for x in fresh]
+    assert reused[0].equivalent and not all(x.equivalent for x in reused)
+
+
 def _softmax_pair(online: bool, shift_by_max: bool = False):
     """Reference: exp(x) V / sum exp(x) over 16 keys. Online-softmax-style candidate: two
     halves of 8 keys, each shifted by its own mean m_h (exp(x - m_h)), rescaled by exp(m_h)

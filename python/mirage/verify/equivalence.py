@@ -264,7 +264,7 @@ def check_equivalence(reference: KNGraph, candidate: KNGraph, delta: float = 1e-
     def make_omega():
         return FieldArith(p, q, seed=int(rng.integers(1 << 62)), rng=rng, track_q=track_q)
 
-    diff, why = _trials(reference, candidate, n_trials, make_omega, False, res, max_resamples, progress)
+    diff, why = _trials(reference, candidate, n_trials, make_omega, rng, False, res, max_resamples, progress)
     if diff is not None or why:
         res.first_difference = diff
         res.error_bound = 0.0
@@ -364,15 +364,16 @@ def _check_arguments(reference, candidate, delta, seed, max_trials, vacuous_tria
         raise TypeError(f"check_equivalence: progress must be callable, got {type(progress).__name__}")
 
 
-def _trials(reference, candidate, n_trials, make_arith, both: bool, res, max_resamples, progress):
+def _trials(reference, candidate, n_trials, make_arith, rng, both: bool, res, max_resamples, progress):
     """Run `n_trials` trials; returns (first Difference or None, failure reason or "").
     Adds to res.trials and res.zero_division_resamples. `both`: compare both components."""
     for _ in range(n_trials):
         for attempt in range(max_resamples + 1):
+            state = repr(rng.bit_generator.state)  # make_arith draws all of the trial from `rng`
             ar = make_arith()
             ins = [ar.random_value(t.shape) for t in reference.inputs]
             try:
-                ro = evaluate(reference, ins, arith=ar)
+                ro = _reference_outputs(reference, ins, ar, state)
                 co = evaluate(candidate, ins, arith=ar)
                 break
             except FieldZeroDivision:
@@ -391,6 +392,27 @@ def _trials(reference, candidate, n_trials, make_arith, both: bool, res, max_res
                 idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(neq)), neq.shape))
                 return Difference(o, idx, int(a.p[idx]), int(b.p[idx]), res.trials), ""
     return None, ""
+
+
+# the reference's outputs per trial: a check of several candidates against one reference
+# (the search's checks) evaluates it once per trial. A trial's arithmetic (keys, ω) and inputs
+# all come from the check's RNG, so its state before the trial, with the arithmetic's kind,
+# names them; the graph object is held (its id cannot be reused) and its ops compared.
+_REFERENCE: dict = {}
+
+
+def _reference_outputs(reference: KNGraph, ins, ar: FieldArith, state: str) -> list:
+    shape = (tuple(id(op) for op in reference.ops), tuple(id(t) for t in reference.outputs))
+    if _REFERENCE.get("graph") is not reference or _REFERENCE.get("shape") != shape:
+        _REFERENCE.clear()
+        _REFERENCE.update(graph=reference, shape=shape)
+    key = (state, ar.model, ar.p, ar.q, ar.track_q)
+    if key not in _REFERENCE:
+        if len(_REFERENCE) > 16:  # a few trials' outputs (seeds of one search): no unbounded growth
+            _REFERENCE.clear()
+            _REFERENCE.update(graph=reference, shape=shape)
+        _REFERENCE[key] = evaluate(reference, ins, arith=ar)
+    return _REFERENCE[key]
 
 
 def _random_primes(p: int) -> tuple[int, int]:
@@ -413,7 +435,7 @@ def _random_model(reference, candidate, reports, delta, rng, res, max_trials, ma
     def make_random():
         return FieldArith(p, p2, seed=int(rng.integers(1 << 62)), rng=rng, model="random")
 
-    diff, why = _trials(reference, candidate, min(need, max_trials), make_random, True, res,
+    diff, why = _trials(reference, candidate, min(need, max_trials), make_random, rng, True, res,
                         max_resamples, progress)
     res.random_trials = res.trials - before
     if diff is not None or why:
