@@ -38,9 +38,9 @@ def cluster():
 _local: dict = {}
 
 
-def search(name, **kw):
+def search(name, workers=2, **kw):
     make, limits = PROGRAMS[name]
-    return superoptimize(make(), "attention", workers=2, time_limit=120, measure=False, **limits, **kw)
+    return superoptimize(make(), "attention", workers=workers, time_limit=120, measure=False, **limits, **kw)
 
 
 def local(name):
@@ -62,6 +62,39 @@ def assert_same(a, b):
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_ray_finds_what_the_local_pool_finds(cluster, name):
     assert_same(search(name, executor="ray"), local(name))
+
+
+def test_items_are_dealt_largest_first():
+    # driver.by_size's estimate ranks the items that visit the most states first (in the
+    # order of work_items, the second largest of GQA's comes 15th of 31)
+    from mirage.search import driver as D
+    from mirage.search.config import make_config
+    from mirage.search.generator import Generator, Stats
+    from mirage.search.prologue import analyze
+
+    make, limits = PROGRAMS["gqa"]
+    ref, cfg = make(), make_config("attention", **limits)
+    pro = analyze(ref)
+    seeds = D._seeds(ref, cfg, D.DEFAULT, pro, Stats().pruned)
+    bound = D.BOUND_WINDOW * min(c for _, c in seeds.values())
+    gen = Generator(pro.core if pro is not None else ref, cfg, bound=bound)
+    items = D.work_items(gen, bound=bound)[0]
+    dealt = D.by_size(gen, items)
+    assert sorted(map(repr, dealt)) == sorted(map(repr, items))
+    D._init_worker(None, None, ref, cfg, pro, bound)
+    states = {repr(it): D._run_item(it)[1].states for it in items}
+    largest = sorted(states, key=lambda k: -states[k])[:4]
+    assert sorted(largest) == sorted(map(repr, dealt[:4])), [states[repr(it)] for it in dealt[:8]]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_deal_order_does_not_change_the_result(monkeypatch, workers):
+    # the items dealt smallest first instead: the same states, candidates and verified programs
+    from mirage.search import driver as D
+
+    by_size = D.by_size
+    monkeypatch.setattr(D, "by_size", lambda gen, items: by_size(gen, items)[::-1])
+    assert_same(search("gqa", workers=workers), local("gqa"))
 
 
 def _task_workers() -> list[int]:

@@ -80,6 +80,14 @@ def _run_item(item):
         found[key] = (plan, cost(g).time)
 
     gen.on_candidate = on_candidate
+    _walk(gen, item)
+    gen.stats.expr_checks = gen.T.checks
+    return found, gen.stats
+
+
+def _walk(gen: Generator, item, follow=None) -> None:
+    """The DFS below work item `item` (its candidates go to `gen.on_candidate`);
+    `follow(state)` replaces the search after each kernel state of its graph-defined kernel."""
     st = gen.initial()
     try:
         if item[0] == "op":
@@ -89,20 +97,18 @@ def _run_item(item):
         else:
             _, I, sched = item
             for nst in gen.graph_defs(st, I, [sched]):
-                gen.search_kernel(nst)
+                (follow or gen.search_kernel)(nst)
     except Stop:
         pass
-    gen.stats.expr_checks = gen.T.checks
-    return found, gen.stats
 
 
 def work_items(gen: Generator, device: Target = DEFAULT, bound: float | None = None) -> tuple[list, int]:
     """The first kernel op of every candidate, most promising first: graph-defined kernels
     over more inputs, then by `item_bound` (the time their blocks take to read their
     input tiles from device memory: replicated tiles are read once per block, few blocks
-    use part of the bandwidth), then shorter loops (the order only matters for what
-    finishes under a time limit: results are merged and ranked independently of it).
-    Items whose bound exceeds `bound` are left out; returns (items, how many were)."""
+    use part of the bandwidth), then shorter loops (`by_size` then deals them largest
+    first, in this order where its estimates tie). Items whose bound exceeds `bound` are
+    left out; returns (items, how many were)."""
     st = gen.initial()
     items = []
     for c in gen.kernel_choices(st):
@@ -115,6 +121,34 @@ def work_items(gen: Generator, device: Target = DEFAULT, bound: float | None = N
     kept = [(p, it) for p, it in items if bound is None or p[2] <= bound]
     order = sorted(range(len(kept)), key=lambda k: (kept[k][0], k))
     return [kept[k][1] for k in order], len(items) - len(kept)
+
+
+def by_size(gen: Generator, items: list) -> list:
+    """`items` largest first (ties in their given order), so that no long item starts
+    late and runs alone at the end: in the order of `work_items`, GQA's longest item
+    (6 % of the work) started more than half-way through, which bounded 16 workers to a
+    parallel efficiency of 0.66 (benchmarks/results/search_scaling.md). The size estimate
+    is a shallow probe of the item's search: its block graphs cut after one op
+    (`Generator.probe_ops`), the kernel states that its graph-defined kernel closes
+    counted but not searched (GQA's 373 items: 0.07 s). Deterministic; the order only
+    decides which items finish first: every item runs, and the results are merged and
+    ranked independently of it."""
+    def count(st):
+        gen.stats.kernel_states += 1
+
+    saved = gen.stats, gen._memo, gen.on_candidate
+    gen.probe_ops, gen.on_candidate = 1, lambda plan: None
+    sizes = []
+    try:
+        for it in items:
+            gen.stats, gen._memo = Stats(), {}
+            _walk(gen, it, count)
+            sizes.append(gen.stats.states)
+    finally:
+        gen.probe_ops = None
+        gen.stats, gen._memo, gen.on_candidate = saved
+    order = sorted(range(len(items)), key=lambda k: (-sizes[k], k))
+    return [items[k] for k in order]
 
 
 def item_bound(gen: Generator, item, device: Target = DEFAULT) -> float:
@@ -310,13 +344,14 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
         from .prologue import analyze
 
         pro = analyze(ref)
-    gen = Generator(pro.core if pro is not None else ref, cfg)
     stats = Stats()
     found = _seeds(ref, cfg, device, pro, stats.pruned)
     # branch and bound: items (and kernel states) whose every candidate costs more than
     # the seeds' top-k window are not searched
     bound = BOUND_WINDOW * min(c for _, c in found.values()) if found else None
+    gen = Generator(pro.core if pro is not None else ref, cfg, bound=bound, device=device)
     items, skipped = work_items(gen, device, bound)
+    items = by_size(gen, items)
     workers = cfg.workers or (X.ray_workers() if cfg.executor == "ray" else os.cpu_count() or 1)
     workers = max(1, min(workers, len(items) or 1))
     if skipped:

@@ -154,6 +154,8 @@ class Generator:
         self.on_candidate = None  # callback(plan) -> None
         self._tick = 0
         self._memo: dict = {}
+        # block graphs are cut after this many ops when set (driver.by_size's shallow probe)
+        self.probe_ops: int | None = None
         self._collectors: list = []
 
     # -- helpers ------------------------------------------------------------------------
@@ -476,6 +478,8 @@ class _BlockCtx:
             closed = self.close()
             if closed is not None:
                 yield closed
+        if g.probe_ops is not None and len(self.ops) >= g.probe_ops:
+            return
         left = g.cfg.max_block_ops - self.used()
         unconsumed = sum(1 for c in self.consumed if not c)
         # each op lowers the unconsumed count by at most one, each output saver takes a slot
