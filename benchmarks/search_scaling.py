@@ -12,6 +12,10 @@ must visit the same states and pick the same best candidate (checked, shown).
 
 `--max-block-ops` (default 7; the preset's is 11) bounds the block graphs so that a
 one-worker run takes a minute or two, not an hour (GQA: 392,274 states at 7, 1.8 M at 9).
+`--no-checks` leaves out the checks of the best candidates (verify=False: a minute per
+run at full size, not split into work items), so that a run times the seeds, the work
+items and the ranking; `--compare-order` adds a run at the largest worker count with the
+items dealt in `work_items`' order instead of largest first (`driver.by_size`).
 Needs `pip install '.[ray]'` (not with `--executor local`). Writes
 benchmarks/results/search_scaling.md (or --out; `--executor local`: search_scaling_local.md).
 """
@@ -24,22 +28,32 @@ import platform
 import re
 import sys
 import time
+import warnings
 
 sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "python"), os.path.dirname(__file__)]
 
 from search_benchmarks import BENCHMARKS  # noqa: E402
 from mirage.search import superoptimize  # noqa: E402
+from mirage.search import driver as D  # noqa: E402
 
 PROGRAMS = ("gqa", "qknorm_attention")
 
 
-def run(name, workers, a):
+def run(name, workers, a, order="largest first"):
     """(result, enumeration seconds, load before, load after) of one search."""
     log = io.StringIO()  # the search's progress lines: the enumeration's time is on its "done" line
     load = os.getloadavg()[0]
-    with contextlib.redirect_stderr(log):
-        res = superoptimize(BENCHMARKS[name].reference(1), "attention", workers=workers, executor=a.executor,
-                            time_limit=a.time_limit, max_block_ops=a.max_block_ops, measure=False, verbose=True)
+    by_size = D.by_size
+    if order != "largest first":  # the order of work_items (the most promising first)
+        D.by_size = lambda gen, items: items
+    try:
+        with contextlib.redirect_stderr(log), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # verify=False says that it returns unchecked candidates
+            res = superoptimize(BENCHMARKS[name].reference(1), "attention", workers=workers, executor=a.executor,
+                                time_limit=a.time_limit, max_block_ops=a.max_block_ops, measure=False,
+                                verify=not a.no_checks, verbose=True)
+    finally:
+        D.by_size = by_size
     done = re.search(r"\[search\] enumeration done in ([0-9.]+) s", log.getvalue())
     return res, float(done.group(1)), load, os.getloadavg()[0]
 
@@ -58,6 +72,9 @@ def main():
     ap.add_argument("--max-block-ops", type=int, default=7)
     ap.add_argument("--executor", choices=("ray", "local"), default="ray")
     ap.add_argument("--time-limit", type=float, default=7200, help="never reached: the searches run to the end")
+    ap.add_argument("--no-checks", action="store_true", help="verify=False: no checks of the best candidates")
+    ap.add_argument("--compare-order", action="store_true",
+                    help="also the largest worker count with the items in work_items' order")
     ap.add_argument("--out")
     a = ap.parse_args()
     results = os.path.join(os.path.dirname(__file__), "results")
@@ -66,7 +83,8 @@ def main():
         import ray
 
         address = os.environ.get("MIRAGE_RAY_ADDRESS")
-        ray.init(address=address or None, include_dashboard=False, log_to_driver=False)
+        ray.init(address=address or None, include_dashboard=False, log_to_driver=False,
+                 **({} if address else {"object_store_memory": 2**30}))  # the searches pass little data
         cpus = int(ray.cluster_resources()["CPU"])
         where = (f"Ray cluster: {len([n for n in ray.nodes() if n['Alive']])} node(s), {cpus} CPUs "
                  f"({'MIRAGE_RAY_ADDRESS=' + address if address else 'started on this machine'}).")
@@ -75,35 +93,45 @@ def main():
         where = "The local process pool (executor=\"local\")."
     ws = a.workers or counts(cpus)
     # warm-up: Ray starts its worker processes, imports are done (not counted below)
-    superoptimize(BENCHMARKS["gqa"].reference(1), "attention", workers=max(ws), executor=a.executor,
-                  max_block_ops=6, measure=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        superoptimize(BENCHMARKS["gqa"].reference(1), "attention", workers=max(ws), executor=a.executor,
+                      max_block_ops=6, measure=False, verify=False)
+    flags = (" --no-checks" if a.no_checks else "") + (" --compare-order" if a.compare_order else "")
     out = [f"# Search scaling over {'Ray workers' if a.executor == 'ray' else 'local worker processes'}", "",
            f"Date: {datetime.datetime.now():%Y-%m-%d %H:%M}. Driver: {platform.node()} ({platform.machine()}, "
            f"{os.cpu_count()} cores). {where}",
            f"Command: `PYTHONPATH=python python benchmarks/search_scaling.py {' '.join(a.names)} "
-           f"--workers {' '.join(map(str, ws))} --max-block-ops {a.max_block_ops} --executor {a.executor}`", "",
+           f"--workers {' '.join(map(str, ws))} --max-block-ops {a.max_block_ops} --executor {a.executor}{flags}`", "",
            f"Each search: `superoptimize(BENCHMARKS[name].reference(1), \"attention\", executor=\"{a.executor}\", "
-           f"workers=w, max_block_ops={a.max_block_ops}, measure=False)` to its end (no time limit reached). "
-           "*Enumeration*: the work items (split over the workers); *search*: the whole call (seeds, "
-           "enumeration, ranking, the checks of the best 3 candidates, workers at a time). Speedup and "
+           f"workers=w, max_block_ops={a.max_block_ops}, measure=False{', verify=False' if a.no_checks else ''})` "
+           "to its end (no time limit reached). *Enumeration*: the work items (split over the workers); *search*: "
+           "the whole call: seeds, the items' size probe, enumeration, ranking"
+           f"{'' if a.no_checks else ', the checks of the best 3 candidates (workers at a time)'}; *other*: "
+           "search - enumeration (the driver's serial phases and the pool's start). *Order*: the order the "
+           "items are dealt in (largest first: `driver.by_size`; promising: `work_items`' order). Speedup and "
            "efficiency (speedup / workers) against one worker. Load: the 1-minute load average before / after "
            "the run (other processes on the machine take cores from the workers).", ""]
     for name in a.names:
         out += [f"## {name}", "",
-                "| workers | enumeration | speedup | efficiency | search | speedup | efficiency | states | best | load |",
-                "|---|---|---|---|---|---|---|---|---|---|"]
+                "| workers | order | enumeration | speedup | efficiency | search | speedup | efficiency | other "
+                "| states | best | load |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         base = None
-        for w in ws:
+        runs = [(w, "largest first") for w in ws] + ([(max(ws), "promising")] if a.compare_order else [])
+        for w, order in runs:
             t0 = time.monotonic()
-            res, enum, l0, l1 = run(name, w, a)
+            res, enum, l0, l1 = run(name, w, a, order)
             total = time.monotonic() - t0
             if base is None:
                 base = (enum, total, res.stats.states, res.candidates[0].key)
             same = (res.stats.states, res.candidates[0].key) == base[2:]
-            row = (f"| {w} | {enum:.1f} s | {base[0] / enum:.2f} | {base[0] / enum / w:.2f} | {total:.1f} s | "
-                   f"{base[1] / total:.2f} | {base[1] / total / w:.2f} | {res.stats.states}"
-                   f"{'' if same else ' (DIFFERS from 1 worker)'}{' (stopped: ' + res.stats.stopped + ')' if res.stats.stopped else ''} | {res.candidates[0].time_us:.2f} us "
-                   f"{'(reference)' if res.candidates[0].key == 'reference' else ''}| {l0:.1f} / {l1:.1f} |")
+            row = (f"| {w} | {order} | {enum:.1f} s | {base[0] / enum:.2f} | {base[0] / enum / w:.2f} | "
+                   f"{total:.1f} s | {base[1] / total:.2f} | {base[1] / total / w:.2f} | {total - enum:.1f} s | "
+                   f"{res.stats.states}{'' if same else ' (DIFFERS from 1 worker)'}"
+                   f"{' (stopped: ' + res.stats.stopped + ')' if res.stats.stopped else ''} | "
+                   f"{res.candidates[0].time_us:.2f} us {'(reference)' if res.candidates[0].key == 'reference' else ''}"
+                   f"| {l0:.1f} / {l1:.1f} |")
             out.append(row)
             print(row, flush=True)
         out.append("")
