@@ -9,7 +9,7 @@ travels as wall-clock time), and `stop_flag.is_set()` turns true after `stop()` 
 the generator looks at both every 256 states and returns what it found so far.
 
 - `map_unordered(fn, args)`: the results as they come, at most `workers` running at a
-  time, taken in the order of `args` (the most promising work items first);
+  time, taken in the order of `args` (the largest work items first: `driver.by_size`);
 - `imap(fn, args)`: the results in order; its `next(timeout)` raises `TimeoutError`;
 - `stop()`: running calls return what they have so far, later ones nothing (Ray does not
   start them);
