@@ -196,3 +196,17 @@ def test_identical_layers_are_searched_once(tmp_path):
     assert mt.import_module(seq, [x]).fully_converted
     opt.result.program.set_mode("interpreter")  # the two segments chained, float64
     np.testing.assert_allclose(opt.result.program(x).detach().numpy(), m(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_time_limited_layer_search_comes_from_the_cache_the_second_time(tmp_path):
+    """The decoder layer's search stops at its time limit (its subprograms share it); what it
+    verified is cached all the same, so the second compile (a new import) does not search."""
+    step, inputs = _modules("llama", "f16")["decoder_layer"]
+    opts = dict(allow_fp32_upcast_elision=True, cache_dir=str(tmp_path), time_limit=3, compile=False, progress=False)
+    first = mt.superoptimize(step, inputs(1), **opts)
+    (seg1,) = first.result.program.segments.values()
+    assert seg1.optimized.search.stats.stopped == "time limit", seg1.optimized.search.report()
+    again = mt.superoptimize(copy.deepcopy(step), inputs(2), **opts)
+    (seg2,) = again.result.program.segments.values()
+    assert any("from the search cache" in n for n in again.notes), again.report
+    assert seg2.optimized.to_mlir() == seg1.optimized.to_mlir()
