@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .dtypes import dtype, round_to
+from .ops import OPS
 
 
 class Arith:
@@ -47,7 +48,7 @@ class Arith:
     def max(self, a, axis: int): raise NotImplementedError
     def exp(self, a): raise NotImplementedError
     def sqrt(self, a): raise NotImplementedError
-    def unary(self, name: str, a): raise NotImplementedError  # silu, gelu, relu, sigmoid
+    def unary(self, name: str, a): raise NotImplementedError  # the table's operators with a `real` function
     def pow(self, a, b): raise NotImplementedError  # a ** b element-wise
 
     def clamp(self, a, lo: float, hi: float):
@@ -59,20 +60,6 @@ class Arith:
     def round(self, v, d: dtype):
         """Round to the working precision of a tensor of element type `d`."""
         return v
-
-
-def _gelu(x):
-    from scipy.special import erf  # exact erf form, as torch.nn.functional.gelu
-
-    return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))
-
-
-_UNARY = {
-    "relu": lambda x: np.maximum(x, 0.0),
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "silu": lambda x: x / (1.0 + np.exp(-x)),
-    "gelu": _gelu,
-}
 
 
 class FloatArith(Arith):
@@ -112,7 +99,7 @@ class FloatArith(Arith):
 
     def unary(self, name, a):
         with np.errstate(over="ignore"):
-            return _UNARY[name](a)
+            return OPS[name].real(a)
 
     def pow(self, a, b):
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):

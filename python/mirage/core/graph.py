@@ -96,38 +96,10 @@ class _Builder:
         self.ops.append(op)
         return out
 
-    # element-wise operators shared by all levels
-    def add(self, A, B): return self._op("add", [A, B])
-    def sub(self, A, B): return self._op("sub", [A, B])
-    def mul(self, A, B): return self._op("mul", [A, B])
-    def div(self, A, B): return self._op("div", [A, B])
-    def exp(self, A): return self._op("exp", [A])
-    def sqrt(self, A): return self._op("sqrt", [A])
-    def rsqrt(self, A): return self._op("rsqrt", [A])
-    def square(self, A): return self._op("square", [A])
-    def silu(self, A): return self._op("silu", [A])
-    def gelu(self, A): return self._op("gelu", [A])
-    def relu(self, A): return self._op("relu", [A])
-    def sigmoid(self, A): return self._op("sigmoid", [A])
-    # Mirage's clamp, pow (KNGraph) and mul_scalar (TBGraph), at every level here; the
-    # scalar attributes are checked by the op table's shape rule
-    def pow(self, A, B): return self._op("pow", [A, B])
-    def clamp(self, A, min_val: float, max_val: float): return self._op("clamp", [A], min_val=min_val,
-                                                                        max_val=max_val)
-    def mul_scalar(self, A, scalar: float): return self._op("mul_scalar", [A], scalar=scalar)
-
 
 class _TensorOps(_Builder):
-    """Operators present at the kernel and block levels."""
-
-    def matmul(self, A, B): return self._op("matmul", [A, B])
-    # attributes are type-checked in _op (rules.check_attrs)
-    def reduction(self, A, dim: int): return self._op("reduction", [A], dim=dim)
-    def reduce_max(self, A, dim: int): return self._op("reduce_max", [A], dim=dim)
-    def concat(self, A, B, dim: int): return self._op("concat", [A, B], dim=dim)
-    def reshape(self, A, shape): return self._op("reshape", [A], shape=shape)
-    def transpose(self, A, permutation): return self._op("transpose", [A], permutation=permutation)
-    def repeat(self, A, repeats): return self._op("repeat", [A], repeats=repeats)
+    """Operators present at the kernel and block levels (their plain builder methods are
+    attached from the op table below)."""
 
     def constant(self, value: float, shape=(1,), dtype: dtype | None = None):
         """A tensor of `shape` filled with `value`; its element type defaults to the
@@ -402,3 +374,39 @@ def new_threadblock_graph(grid_dim, block_dim=(128, 1, 1), forloop_range: int = 
 
 def new_thread_graph(input_dtypes: Sequence[dtype]) -> THGraph:
     return THGraph(input_dtypes)
+
+
+# -- builder methods from the op table ------------------------------------------------------
+
+# Operators whose builder method is written out above, with the reason: `constant` takes
+# its dtype from the graph; `rms_norm` takes Mirage's normalized_shape on kernel graphs
+# and none on block graphs; `reduction_max` returns its two results; `reduction_to_dimx`
+# reads the block graph's dimx; `forloop_accum_rescale` names its accumulator kind `acc`.
+WRITTEN_OUT = ("constant", "rms_norm", "reduction_max", "reduction_to_dimx", "forloop_accum_rescale")
+
+
+def _table_method(d: O.OpDef):
+    """`g.<op>(A[, B], *attrs)`: operands first, then the table's attributes in order."""
+    import inspect
+
+    P = inspect.Parameter
+    params = [P("self", P.POSITIONAL_ONLY)] + [P(n, P.POSITIONAL_OR_KEYWORD) for n in "AB"[:d.arity]]
+    params += [P(a, P.POSITIONAL_OR_KEYWORD) for a in d.attrs]
+    sig = inspect.Signature(params)
+
+    def method(*args, **kw):
+        bound = sig.bind(*args, **kw)
+        self, *vals = bound.arguments.values()
+        return self._op(d.name, vals[:d.arity], **dict(zip(d.attrs, vals[d.arity:])))
+
+    method.__name__ = method.__qualname__ = d.name
+    method.__signature__ = sig
+    method.__doc__ = f"The `{d.name}` operator ({d.category}; semantics in core/ops.py)."
+    return method
+
+
+for _d in O.OPS.values():
+    if _d.name in WRITTEN_OUT or _d.arity < 1:
+        continue
+    _cls = {O.ALL: _Builder, O.KT: _TensorOps, frozenset({"tb"}): TBGraph}[_d.levels]
+    setattr(_cls, _d.name, _table_method(_d))

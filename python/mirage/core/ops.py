@@ -2,9 +2,19 @@
 
 Each `OpDef` says, for one compute operator: at which levels it exists (kn, tb, th),
 its shape rule, its evaluation in terms of an `Arith` (so the float interpreter and the
-finite-field verifier share it), its class in the Lax fragment (paper §5), and its
-FLOP count for the cost model. Adding an operator means adding one entry here, its ODS
+finite-field verifier share it), its class in the Lax fragment (paper §5), its abstract
+expression for the search, its FLOP count for the cost model, its category (from which
+every stage derives its operator lists), and for element-wise operators its float64
+function where other arithmetics model it as a random function (`real`) and its scalar
+GPU code (`gpu`). The builder methods (`g.gelu(x)`, `tb.clamp(x, lo, hi)`) are made from
+the entries (`graph.py`). Adding an operator means adding one entry here, its ODS
 definition, and tests.
+
+Operator names appear elsewhere only where they are genuinely special: the importers'
+names for them (ATen ops in `frontend/torch_import.py`, the TOSA gelu pattern in
+`frontend/tosa_to_kn.py`), the lifter's term language for Triton kernels (`lift/`), the
+exact Z3 encodings of relu and clamp (`verify/smt.py`), and the builder methods written
+out in `graph.py` (`graph.WRITTEN_OUT`, with the reason for each).
 
 Shapes passed to `shape` are logical shapes. Values passed to `eval` carry `nb` leading
 batch axes (the interpreter puts grid and for-loop axes there); `eval` must treat them
@@ -79,6 +89,13 @@ class OpDef:
     # accumulator: every stage's list of "element-wise ops" etc. is derived from this (`named`)
     category: str = ""
     results: int = 1  # values the operator defines (reduction_max: the max and the diff)
+    # element-wise operators only:
+    # `real`: the float64 numpy function of an operator that arithmetics other than the
+    # float one model as an uninterpreted (random) function (silu, gelu, relu, sigmoid);
+    # `gpu`: its scalar f32 code, `(e, args, attrs) -> value`, written with a lowering
+    # emitter `e` (`e.f32(c)`, `e.fbin(op, a, b)`, `e.op(text, "f")`: MLIR text)
+    real: Callable | None = None
+    gpu: Callable | None = None
 
     def flops(self, in_shapes: Sequence[Shape], out_shape: Shape, attrs: dict) -> float:
         if self.name == "matmul":
@@ -114,7 +131,8 @@ def _binary(name: str, fn_name: str, lax: str) -> None:
     # sub is abstracted as add: abstract expressions ignore signs and constants
     ab = {"add": "add", "sub": "add", "mul": "mul", "div": "div"}[name]
     _register(OpDef(name, 2, ALL, lambda s, a: broadcast_shapes(*s), ev, lax,
-                    absexpr=lambda ex, xs, sh, at, f=ab: getattr(ex, f)(xs[0], xs[1])), "binary")
+                    absexpr=lambda ex, xs, sh, at, f=ab: getattr(ex, f)(xs[0], xs[1]),
+                    gpu=lambda e, xs, at, f=fn_name + "f": e.fbin(f, *xs)), "binary")
 
 
 _binary("add", "add", "linear")
@@ -130,23 +148,66 @@ def _pow_eval(ar, xs, attrs, nb):
 
 # Mirage's KNGraph.pow(A, B): A ** B element-wise, broadcasting. No abstract expression:
 # the search keeps it as a pre-defined kernel (a barrier), as it does reduce_max.
-_register(OpDef("pow", 2, ALL, lambda s, a: broadcast_shapes(*s), _pow_eval, "nonlax", 8), "binary")
+# The NVVM lowering expands math.powf inline (no libdevice call).
+_register(OpDef("pow", 2, ALL, lambda s, a: broadcast_shapes(*s), _pow_eval, "nonlax", 8,
+                gpu=lambda e, xs, at: e.op(f"math.powf {xs[0]}, {xs[1]} : f32", "f")), "binary")
 
 
 # -- element-wise unary -------------------------------------------------------------------
 
-def _unary(name: str, ev: Callable, lax: str, flops: float = 1.0, absexpr: Callable | None = None) -> None:
+def _unary(name: str, ev: Callable, lax: str, flops: float, absexpr: Callable | None, gpu: Callable,
+           real: Callable | None = None) -> None:
     _register(OpDef(name, 1, ALL, lambda s, a: tuple(s[0]), lambda ar, xs, at, nb: ev(ar, xs[0]), lax, flops,
-                    absexpr=(lambda ex, xs, sh, at: absexpr(ex, xs[0])) if absexpr else None), "unary")
+                    absexpr=(lambda ex, xs, sh, at: absexpr(ex, xs[0])) if absexpr else None,
+                    real=real, gpu=lambda e, xs, at: gpu(e, xs[0])), "unary")
 
 
-_unary("exp", lambda ar, x: ar.exp(x), "exp", 4, lambda ex, x: ex.exp(x))
-_unary("sqrt", lambda ar, x: ar.sqrt(x), "sqrt", 4, lambda ex, x: ex.sqrt(x))
+def _gelu(x):
+    from scipy.special import erf  # the exact erf form, as torch.nn.functional.gelu
+
+    return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))
+
+
+def _gpu_sigmoid(e, x, num=None):
+    """num / (1 + exp(-x)), num = 1 unless given (silu: x)."""
+    den = e.fbin("addf", e.f32(1.0), e.op(f"math.exp {e.op(f'arith.negf {x} : f32', 'f')} : f32", "f"))
+    return e.fbin("divf", num or e.f32(1.0), den)
+
+
+def _gpu_erf(e, x):
+    """erf by the Abramowitz-Stegun 7.1.26 polynomial (|error| < 1.5e-7): no libdevice."""
+    a = e.op(f"math.absf {x} : f32", "f")
+    t = e.fbin("divf", e.f32(1.0), e.fbin("addf", e.f32(1.0), e.fbin("mulf", a, e.f32(0.3275911))))
+    coef = [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592]
+    p = e.f32(coef[0])
+    for c in coef[1:]:
+        p = e.fbin("addf", e.fbin("mulf", p, t), e.f32(c))
+    p = e.fbin("mulf", p, t)
+    nsq = e.op(f"arith.negf {e.fbin('mulf', a, a)} : f32", "f")
+    r = e.fbin("subf", e.f32(1.0), e.fbin("mulf", p, e.op(f"math.exp {nsq} : f32", "f")))
+    return e.op(f"math.copysign {r}, {x} : f32", "f")
+
+
+def _gpu_gelu(e, x):
+    z = e.fbin("mulf", x, e.f32(0.7071067811865476))
+    return e.fbin("mulf", e.fbin("mulf", x, e.f32(0.5)), e.fbin("addf", e.f32(1.0), _gpu_erf(e, z)))
+
+
+_unary("exp", lambda ar, x: ar.exp(x), "exp", 4, lambda ex, x: ex.exp(x),
+       lambda e, x: e.op(f"math.exp {x} : f32", "f"))
+_unary("sqrt", lambda ar, x: ar.sqrt(x), "sqrt", 4, lambda ex, x: ex.sqrt(x),
+       lambda e, x: e.op(f"math.sqrt {x} : f32", "f"))
 _unary("rsqrt", lambda ar, x: ar.div(ar.const(1.0, ar.shape(x)), ar.sqrt(x)), "sqrt", 4,
-       lambda ex, x: ex.div(ex.const(), ex.sqrt(x)))
-_unary("square", lambda ar, x: ar.mul(x, x), "multilinear", 1.0, lambda ex, x: ex.mul(x, x))
-for _n in ("silu", "gelu", "relu", "sigmoid"):
-    _unary(_n, lambda ar, x, n=_n: ar.unary(n, x), "nonlax", 8, lambda ex, x, n=_n: ex.fn(n, x))
+       lambda ex, x: ex.div(ex.const(), ex.sqrt(x)),
+       lambda e, x: e.fbin("divf", e.f32(1.0), e.op(f"math.sqrt {x} : f32", "f")))
+_unary("square", lambda ar, x: ar.mul(x, x), "multilinear", 1.0, lambda ex, x: ex.mul(x, x),
+       lambda e, x: e.fbin("mulf", x, x))
+# not Lax: the float arithmetic evaluates `real`, the others model a random function
+for _n, _real, _gpu in (("silu", lambda x: x / (1.0 + np.exp(-x)), lambda e, x: _gpu_sigmoid(e, x, x)),
+                        ("gelu", _gelu, _gpu_gelu),
+                        ("relu", lambda x: np.maximum(x, 0.0), lambda e, x: e.fbin("maximumf", x, e.f32(0.0))),
+                        ("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x)), _gpu_sigmoid)):
+    _unary(_n, lambda ar, x, n=_n: ar.unary(n, x), "nonlax", 8, lambda ex, x, n=_n: ex.fn(n, x), _gpu, _real)
 
 
 def _attr_shape(*names):
@@ -172,12 +233,14 @@ def _attr_shape(*names):
 # its argument (keyed by the bounds) in the finite-field verifier.
 _register(OpDef("clamp", 1, ALL, _attr_shape("min_val", "max_val"),
                 lambda ar, xs, at, nb: ar.clamp(xs[0], at["min_val"], at["max_val"]), "nonlax", 2,
-                ("min_val", "max_val")), "unary")
+                ("min_val", "max_val"),  # NaN stays NaN, as in torch.clamp
+                gpu=lambda e, xs, at: e.fbin("minimumf", e.fbin("maximumf", xs[0], e.f32(at["min_val"])),
+                                             e.f32(at["max_val"]))), "unary")
 # Mirage's TBGraph.mul_scalar(A, scalar): x * scalar (linear: exact in the field when the
 # scalar is a rational the field represents, else a keyed random element, like constants)
 _register(OpDef("mul_scalar", 1, ALL, _attr_shape("scalar"),
                 lambda ar, xs, at, nb: ar.mul(xs[0], ar.const(at["scalar"], (1,) * len(ar.shape(xs[0])))),
-                "linear", 1, ("scalar",)), "unary")
+                "linear", 1, ("scalar",), gpu=lambda e, xs, at: e.fbin("mulf", xs[0], e.f32(at["scalar"]))), "unary")
 
 
 def _const_shape(s, attrs):
@@ -186,7 +249,8 @@ def _const_shape(s, attrs):
 
 _register(OpDef("constant", 0, ALL, _const_shape,
                 lambda ar, xs, at, nb: ar.const(at["value"], (1,) * nb + tuple(at["shape"])),
-                "linear", 0.0, ("value", "shape"), lambda ex, xs, sh, at: ex.const()), "constant")
+                "linear", 0.0, ("value", "shape"), lambda ex, xs, sh, at: ex.const(),
+                gpu=lambda e, xs, at: e.f32(at["value"])), "constant")
 
 
 # -- matmul -------------------------------------------------------------------------------

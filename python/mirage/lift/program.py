@@ -46,7 +46,7 @@ def broadcast(*shapes) -> tuple:
 def evaluate(t: Term, inputs: dict, memo: dict | None = None) -> np.ndarray:
     """Float64 value of `t` with a trailing sample axis: `inputs` maps an input name to
     an array of shape (samples, *shape)."""
-    from ..core.arith import _UNARY
+    from ..core.ops import OPS
 
     memo = {} if memo is None else memo
     if id(t) in memo:
@@ -68,8 +68,8 @@ def evaluate(t: Term, inputs: dict, memo: dict | None = None) -> np.ndarray:
             v = np.sqrt(a[0])
         elif op == "rsqrt":
             v = 1.0 / np.sqrt(a[0])
-        elif op in _UNARY:
-            v = _UNARY[op](a[0])
+        elif op in OPS and OPS[op].real:
+            v = OPS[op].real(a[0])
         elif op == "reduction":
             v = np.sum(a[0], axis=t.attr("dim"), keepdims=True)
         elif op == "reduce_max":

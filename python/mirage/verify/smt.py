@@ -23,6 +23,7 @@ from typing import Optional
 import numpy as np
 
 from ..core.arith import Arith
+from ..core.ops import OPS
 from ..core.graph import KNGraph
 from ..core.interpret import evaluate
 
@@ -44,7 +45,8 @@ class Z3Arith(Arith):
 
         self.z3 = z3
         R = z3.RealSort()
-        self.fns = {n: z3.Function(n, R, R) for n in ("exp", "silu", "gelu", "sigmoid", "sqrt")}
+        # exp, sqrt and the table's operators with a `real` function (relu is an exact If term)
+        self.fns = {n: z3.Function(n, R, R) for n in ("exp", "sqrt") + tuple(d.name for d in OPS.values() if d.real)}
         self.side: list = []  # assumptions: divisors != 0, sqrt arguments >= 0
         self.used_uf = False
         self._seen_sqrt: set = set()
