@@ -274,14 +274,14 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search)
     plan = (tuple(plan_ops), tuple(index[id(t)] for t in ref.outputs))
     cands = [reference_candidate(ref, device)]
     if plan != B.reference_plan(ref):
-        stitched = _stitched(ref, plan, cfg, device, notes)
+        stitched = _stitched(ref, plan, cfg, device, notes, t0 + cfg.time_limit)
         if stitched is not None:
             cands = sorted(cands + [stitched], key=order)
     notes.insert(0, f"Lax partitioning ({cfg.partition}): {n_sub} subprogram(s), {len(bars)} op(s) kept")
     return SearchResult(ref, cands, stats, time.monotonic() - t0, cfg, notes=notes)
 
 
-def _stitched(ref: KNGraph, plan, cfg, device, notes: list):
+def _stitched(ref: KNGraph, plan, cfg, device, notes: list, deadline: float):
     """The stitched program as a candidate, or None (with a note saying why).
 
     Each subprogram's pick passed the float64 check and the formal verifier against its
@@ -299,6 +299,9 @@ def _stitched(ref: KNGraph, plan, cfg, device, notes: list):
     if not cfg.verify:
         c.verification = "unverified (verify=False)"
         return c
+    if time.monotonic() >= deadline:  # the time limit bounds the whole call, this check included
+        notes.append("the time limit was reached before the stitched μGraph's check (kept the reference)")
+        return None
     try:
         ok = CHK.float_equivalent(ref, g, cfg.seed, trials=1)
     except KeyboardInterrupt:
