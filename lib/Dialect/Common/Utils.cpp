@@ -228,6 +228,64 @@ LogicalResult verifyConcat(Operation *op, int64_t dim) {
   return success();
 }
 
+LogicalResult verifyReshape(Operation *op) {
+  if (failed(verifyCommon(op)))
+    return failure();
+  auto a = cast<RankedTensorType>(op->getOperand(0).getType());
+  auto r = cast<RankedTensorType>(op->getResult(0).getType());
+  if (a.getNumElements() != r.getNumElements())
+    return op->emitError() << "[shape] reshape from " << formatShape(a.getShape())
+                       << " (" << a.getNumElements() << " elements) to "
+                       << formatShape(r.getShape()) << " (" << r.getNumElements()
+                       << " elements) changes the element count";
+  return success();
+}
+
+LogicalResult verifyTranspose(Operation *op, ArrayRef<int64_t> perm) {
+  if (failed(verifyCommon(op)))
+    return failure();
+  ArrayRef<int64_t> a = shapeOf(op->getOperand(0)), r = shapeOf(op->getResult(0));
+  SmallVector<bool> seen(a.size(), false);
+  bool ok = perm.size() == a.size();
+  for (int64_t p : perm) {
+    if (!ok || p < 0 || p >= (int64_t)a.size() || seen[p]) {
+      ok = false;
+      break;
+    }
+    seen[p] = true;
+  }
+  if (!ok)
+    return op->emitError() << "[shape] permutation " << formatShape(perm)
+                       << " is not a permutation of the " << a.size()
+                       << " dims of " << formatShape(a);
+  SmallVector<int64_t> expect;
+  for (int64_t p : perm)
+    expect.push_back(a[p]);
+  if (r != ArrayRef<int64_t>(expect))
+    return op->emitError() << "[shape] result shape " << formatShape(r) << " must be "
+                       << formatShape(expect) << " (operand " << formatShape(a)
+                       << " permuted by " << formatShape(perm) << ")";
+  return success();
+}
+
+LogicalResult verifyRepeat(Operation *op, ArrayRef<int64_t> reps) {
+  if (failed(verifyCommon(op)))
+    return failure();
+  ArrayRef<int64_t> a = shapeOf(op->getOperand(0)), r = shapeOf(op->getResult(0));
+  if (reps.size() != a.size() || llvm::any_of(reps, [](int64_t x) { return x < 1; }))
+    return op->emitError() << "[shape] repeats " << formatShape(reps)
+                       << " must have one positive entry per dim of "
+                       << formatShape(a);
+  SmallVector<int64_t> expect;
+  for (size_t d = 0; d < a.size(); ++d)
+    expect.push_back(a[d] * reps[d]);
+  if (r != ArrayRef<int64_t>(expect))
+    return op->emitError() << "[shape] result shape " << formatShape(r) << " must be "
+                       << formatShape(expect) << " (operand " << formatShape(a)
+                       << " repeated " << formatShape(reps) << ")";
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Scalar literals
 //===----------------------------------------------------------------------===//

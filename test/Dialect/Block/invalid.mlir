@@ -191,3 +191,45 @@ func.func @rescale_twice(%a: tensor<16x256xf16>) -> tensor<16x1xf16> {
   }
   return %o : tensor<16x1xf16>
 }
+
+// -----
+
+func.func @reshape_count(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    // expected-error @+1 {{[shape] reshape from [16, 64] (1024 elements) to [16, 32] (512 elements) changes the element count}}
+    %r = tb.reshape %t : tensor<16x64xf16> -> tensor<16x32xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+func.func @transpose_perm(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    // expected-error @+1 {{[shape] permutation [0, 0] is not a permutation of the 2 dims of [16, 64]}}
+    %r = tb.transpose %t {permutation = array<i64: 0, 0>} : tensor<16x64xf16> -> tensor<16x16xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+func.func @repeat_result(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    // expected-error @+1 {{[shape] result shape [16, 64] must be [16, 128] (operand [16, 64] repeated [1, 2])}}
+    %r = tb.repeat %t {repeats = array<i64: 1, 2>} : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}

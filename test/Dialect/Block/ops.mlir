@@ -195,3 +195,24 @@ func.func @online_softmax(%q: tensor<2x64x16xf16>, %k: tensor<2x16x128xf16>, %v:
   }
   return %o#0, %o#1, %o#2 : tensor<2x64x64xf16>, tensor<2x64x4xf16>, tensor<2x64x4xf16>
 }
+
+// -----
+
+// Layout ops on tiles: reshape, transpose, repeat.
+// CHECK-LABEL: func.func @layout_ops
+func.func @layout_ops(%a: tensor<64x256xf16>) -> tensor<64x256xf16> {
+  %o = kn.graph_def (%a) grid [4, 1, 1] block [128, 1, 1] forloop 1 dimx 64
+      : (tensor<64x256xf16>) -> tensor<64x256xf16> {
+  ^bb0(%a0: tensor<64x256xf16>):
+    %t = tb.input %a0 map <x -> 0> : tensor<64x256xf16> -> tensor<16x256xf16>
+    // CHECK: tb.reshape %{{.*}} : tensor<16x256xf16> -> tensor<16x2x128xf16>
+    %r = tb.reshape %t : tensor<16x256xf16> -> tensor<16x2x128xf16>
+    // CHECK: tb.transpose %{{.*}} {permutation = array<i64: 0, 2, 1>} : tensor<16x2x128xf16> -> tensor<16x128x2xf16>
+    %p = tb.transpose %r {permutation = array<i64: 0, 2, 1>} : tensor<16x2x128xf16> -> tensor<16x128x2xf16>
+    %f = tb.reshape %p : tensor<16x128x2xf16> -> tensor<16x256xf16>
+    // CHECK: tb.repeat %{{.*}} {repeats = array<i64: 1, 1>} : tensor<16x256xf16> -> tensor<16x256xf16>
+    %q = tb.repeat %f {repeats = array<i64: 1, 1>} : tensor<16x256xf16> -> tensor<16x256xf16>
+    tb.output %q map <x -> 0> : tensor<16x256xf16>
+  }
+  return %o : tensor<64x256xf16>
+}

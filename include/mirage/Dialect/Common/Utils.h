@@ -56,6 +56,9 @@ llvm::LogicalResult verifyMatmul(mlir::Operation *op);
 llvm::LogicalResult verifyConstant(mlir::Operation *op);
 llvm::LogicalResult verifyReduction(mlir::Operation *op, int64_t dim);
 llvm::LogicalResult verifyConcat(mlir::Operation *op, int64_t dim);
+llvm::LogicalResult verifyReshape(mlir::Operation *op);
+llvm::LogicalResult verifyTranspose(mlir::Operation *op, llvm::ArrayRef<int64_t> perm);
+llvm::LogicalResult verifyRepeat(mlir::Operation *op, llvm::ArrayRef<int64_t> reps);
 
 /// Scalar literal directive `custom<ScalarValue>($value)`: parses any float or
 /// integer literal; prints the shortest decimal that reads back exactly, in

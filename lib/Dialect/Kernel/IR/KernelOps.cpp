@@ -30,66 +30,6 @@ LogicalResult RmsNormOp::verify() {
   return success();
 }
 
-LogicalResult ReshapeOp::verify() {
-  if (failed(verifyCommon(getOperation())))
-    return failure();
-  auto a = cast<RankedTensorType>(getInput().getType());
-  auto r = cast<RankedTensorType>(getResult().getType());
-  if (a.getNumElements() != r.getNumElements())
-    return emitError() << "[shape] reshape from " << formatShape(a.getShape())
-                       << " (" << a.getNumElements() << " elements) to "
-                       << formatShape(r.getShape()) << " (" << r.getNumElements()
-                       << " elements) changes the element count";
-  return success();
-}
-
-LogicalResult TransposeOp::verify() {
-  if (failed(verifyCommon(getOperation())))
-    return failure();
-  ArrayRef<int64_t> a = shapeOf(getInput()), r = shapeOf(getResult());
-  ArrayRef<int64_t> perm = getPermutation();
-  SmallVector<bool> seen(a.size(), false);
-  bool ok = perm.size() == a.size();
-  for (int64_t p : perm) {
-    if (!ok || p < 0 || p >= (int64_t)a.size() || seen[p]) {
-      ok = false;
-      break;
-    }
-    seen[p] = true;
-  }
-  if (!ok)
-    return emitError() << "[shape] permutation " << formatShape(perm)
-                       << " is not a permutation of the " << a.size()
-                       << " dims of " << formatShape(a);
-  SmallVector<int64_t> expect;
-  for (int64_t p : perm)
-    expect.push_back(a[p]);
-  if (r != ArrayRef<int64_t>(expect))
-    return emitError() << "[shape] result shape " << formatShape(r) << " must be "
-                       << formatShape(expect) << " (operand " << formatShape(a)
-                       << " permuted by " << formatShape(perm) << ")";
-  return success();
-}
-
-LogicalResult RepeatOp::verify() {
-  if (failed(verifyCommon(getOperation())))
-    return failure();
-  ArrayRef<int64_t> a = shapeOf(getInput()), r = shapeOf(getResult());
-  ArrayRef<int64_t> reps = getRepeats();
-  if (reps.size() != a.size() || llvm::any_of(reps, [](int64_t x) { return x < 1; }))
-    return emitError() << "[shape] repeats " << formatShape(reps)
-                       << " must have one positive entry per dim of "
-                       << formatShape(a);
-  SmallVector<int64_t> expect;
-  for (size_t d = 0; d < a.size(); ++d)
-    expect.push_back(a[d] * reps[d]);
-  if (r != ArrayRef<int64_t>(expect))
-    return emitError() << "[shape] result shape " << formatShape(r) << " must be "
-                       << formatShape(expect) << " (operand " << formatShape(a)
-                       << " repeated " << formatShape(reps) << ")";
-  return success();
-}
-
 //===----------------------------------------------------------------------===//
 // GraphDefOp
 //===----------------------------------------------------------------------===//

@@ -300,6 +300,72 @@ def Block_ConcatOp : Block_Op<"concat", [InGraphDef, Pure]> {
   }];
 }
 
+def Block_ReshapeOp : Block_Op<"reshape", [InGraphDef, Pure]> {
+  let summary = "row-major reshape of a tile";
+  let description = [{
+    As `kn.reshape`, on a shared-memory tile.
+
+    Example:
+
+    ```mlir
+    %r = tb.reshape %a : tensor<16x64xf16> -> tensor<16x2x32xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$input);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyReshape(getOperation());
+    }
+  }];
+}
+
+def Block_TransposeOp : Block_Op<"transpose", [InGraphDef, Pure]> {
+  let summary = "permutation of a tile's dims";
+  let description = [{
+    As `kn.transpose`, on a shared-memory tile.
+
+    Example:
+
+    ```mlir
+    %r = tb.transpose %a {permutation = array<i64: 1, 0>} : tensor<16x64xf16> -> tensor<64x16xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$input, DenseI64ArrayAttr:$permutation);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyTranspose(getOperation(), getPermutation());
+    }
+  }];
+}
+
+def Block_RepeatOp : Block_Op<"repeat", [InGraphDef, Pure]> {
+  let summary = "tiling repetition of a tile (`numpy.tile`)";
+  let description = [{
+    As `kn.repeat`, on a shared-memory tile.
+
+    Example:
+
+    ```mlir
+    %r = tb.repeat %a {repeats = array<i64: 1, 4>} : tensor<16x16xf16> -> tensor<16x64xf16>
+    ```
+  }];
+  let arguments = (ins Mirage_Tensor:$input, DenseI64ArrayAttr:$repeats);
+  let results = (outs Mirage_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyRepeat(getOperation(), getRepeats());
+    }
+  }];
+}
+
 def Block_RmsNormOp : Block_Op<"rms_norm", [InGraphDef, Pure]> {
   let summary = "RMS normalization of the tile's last dim";
   let description = [{

@@ -270,6 +270,11 @@ def Kernel_ReshapeOp : Kernel_Op<"reshape", [Pure]> {
   let results = (outs Mirage_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyReshape(getOperation());
+    }
+  }];
 }
 
 def Kernel_TransposeOp : Kernel_Op<"transpose", [Pure]> {
@@ -287,6 +292,11 @@ def Kernel_TransposeOp : Kernel_Op<"transpose", [Pure]> {
   let results = (outs Mirage_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyTranspose(getOperation(), getPermutation());
+    }
+  }];
 }
 
 def Kernel_RepeatOp : Kernel_Op<"repeat", [Pure]> {
@@ -305,6 +315,11 @@ def Kernel_RepeatOp : Kernel_Op<"repeat", [Pure]> {
   let results = (outs Mirage_Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
   let hasVerifier = 1;
+  let extraClassDefinition = [{
+    ::llvm::LogicalResult $cppClass::verify() {
+      return ::mirage::verifyRepeat(getOperation(), getRepeats());
+    }
+  }];
 }
 
 //===----------------------------------------------------------------------===//
