@@ -478,7 +478,7 @@ def fp_filter(reference: KNGraph, candidate: KNGraph, rng: np.random.Generator,
     factor, info["scale"], info["note"] = 1.0, 1.0, ""
     with np.errstate(all="ignore"):
         while True:
-            xs = [x * factor for x in inputs]
+            xs = inputs if factor == 1.0 else [x * factor for x in inputs]
             exact = evaluate(reference, xs)
             ref_native = evaluate(reference, xs, dtype="native")
             if finite(exact) and finite(ref_native):
