@@ -363,9 +363,10 @@ def test_kept_candidates_differ_in_their_main_kernel():
     assert main_schedule(a) == main_schedule(b) != main_schedule(c)
     assert main_schedule(a)[0] == tuple(BENCHMARKS["gqa"].fused(1).ops[0].body.grid_dim)  # the loop kernel
     assert main_schedule(ref) is None
-    assert [x.key for x in diverse([a, b, c, ref], window=3.0)] == ["a", "c", "reference", "b"]
-    # schedules costlier than `window` times the best are not promoted (rms 18.7 and the
-    # reference 22.0 against 9.8 µs)
+    assert [x.key for x in diverse([a, b, c, ref], window=5.0)] == ["a", "c", "reference", "b"]
+    # schedules costlier than `window` times the best are not promoted (rms 18.5 and the
+    # reference 42.2 against 8.7 µs)
+    assert [x.key for x in diverse([a, b, c, ref], window=3.0)] == ["a", "c", "b", "reference"]
     assert [x.key for x in diverse([a, b, c, ref], window=1.5)] == ["a", "b", "c", "reference"]
 
 
