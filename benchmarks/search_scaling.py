@@ -92,11 +92,12 @@ def main():
         cpus = os.cpu_count()
         where = "The local process pool (executor=\"local\")."
     ws = a.workers or counts(cpus)
-    # warm-up: Ray starts its worker processes, imports are done (not counted below)
+    # warm-up: Ray starts its worker processes, imports are done (the verifier's too,
+    # unless --no-checks), not counted below
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         superoptimize(BENCHMARKS["gqa"].reference(1), "attention", workers=max(ws), executor=a.executor,
-                      max_block_ops=6, measure=False, verify=False)
+                      max_block_ops=6, measure=False, verify=not a.no_checks)
     flags = (" --no-checks" if a.no_checks else "") + (" --compare-order" if a.compare_order else "")
     out = [f"# Search scaling over {'Ray workers' if a.executor == 'ray' else 'local worker processes'}", "",
            f"Date: {datetime.datetime.now():%Y-%m-%d %H:%M}. Driver: {platform.node()} ({platform.machine()}, "
