@@ -1,8 +1,9 @@
 """What decoder layers at decode need from the lowering (issue 15): the attention matmuls
 over a KV cache of 4096 positions plus the new one (4097 = 17 x 241 keys: no tensor-core
-tile divides it) are tiled instead of held whole in shared memory (656 KB asked before), and
-a reshape of row-major memory is a view: no kernel, no buffer, its users read the input's
-memory (a 16 MB KV-cache reshape was one block copying it all)."""
+tile divides it) are tiled instead of held whole in shared memory (656 KB asked before) and
+fill the machine (softmax rows one a block, narrower P @ V column tiles), and a reshape of
+row-major memory is a view: no kernel, no buffer, its users read the input's memory (a
+16 MB KV-cache reshape was one block copying it all)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 import mirage as mi
 from mirage.lower import convert_to_gpu
-from mirage.lower.predefined import MM_TILE_MAX, default_block_graph
+from mirage.lower.predefined import MM_MIN_BLOCKS, MM_TILE_MAX, default_block_graph
 from test_predefined import one, same
 
 
@@ -29,6 +30,23 @@ def test_matmul_over_4097_keys_is_tiled_and_lowers(sa, sb):
         h.mark_output(h.matmul(a, b))
         (k,) = convert_to_gpu(h).kernels  # raised "[smem] ... 656384 bytes" before
         assert k["smem_bytes"] <= 232448
+
+
+def test_decode_attention_over_4097_keys_fills_the_machine():
+    """Softmax rows over 4097 keys loop over the row (17 x 241): one row a block, not 16;
+    P @ V at batch 1 (16 output tiles of 64 columns, a K loop of 17 steps that cannot be
+    split) takes narrower column tiles until it has MM_MIN_BLOCKS blocks."""
+    rng = np.random.default_rng(6)
+    for kind in ("reduce_max", "reduction"):
+        g = one(lambda g, a: getattr(g, kind)(a, 3), (1, 8, 4, 4097))
+        tb = default_block_graph(g.ops[0])
+        assert np.prod(tb.grid_dim) == 32 and tb.forloop_range == 17
+        same(g, rng)
+    g = one(lambda g, a, b: g.matmul(a, b), (1, 8, 4, 4097), (1, 8, 4097, 128))
+    tb = default_block_graph(g.ops[0])
+    assert np.prod(tb.grid_dim) >= MM_MIN_BLOCKS, tb.grid_dim
+    xs, got = same(g, rng)
+    np.testing.assert_allclose(got[0], xs[0] @ xs[1], rtol=1e-9, atol=1e-9)
 
 
 def _kinds(low):

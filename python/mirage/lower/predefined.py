@@ -17,7 +17,8 @@ makes (grid, tile, loop) is visible in it. The choices:
 - element-wise, layout ops: tiles of about `ELEMWISE_TILE` elements over up to three
   grid dims (outermost first), a for-loop over a fourth when needed.
 - reductions and rms_norm: whole rows of the reduced dim per block (for-loop over the
-  dim, accumulated, when it is longer than `ROW_TILE`), `REDUCE_TILE` elements a block.
+  dim, accumulated, when it is longer than `ROW_TILE`: then one row a block),
+  `REDUCE_TILE` elements a block.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ REDUCE_TILE = 4096    # elements of the input tile per block (reductions, norms)
 ROW_TILE = 4096       # longest reduced extent held in one tile; longer ones loop
 MM_TILE = (64, 64, 64)  # preferred BM, BN, BK of a matmul block
 MM_TILE_MAX = 256  # largest matmul tile dim where no divisor fits the tensor-core tile
+MM_MIN_BLOCKS = 128  # a matmul without tensor cores narrows its column tiles (to 8) to reach this
 VEC = 8  # a last-dim tile of a multiple of 8 elements is copied in 16-byte chunks (f16)
 
 
@@ -140,11 +142,15 @@ def _reduce_layout(shape, d: int) -> _Layout:
     whole or (longer than ROW_TILE) looped over."""
     loop = None
     row = shape[d]
+    budget = REDUCE_TILE
     if row > ROW_TILE:
         p = next(p for p in _divisors(row) if row // p <= ROW_TILE)
         loop, row = (d, p), row // p
+        # a looped row is long work already: one row a block, so the rows run in parallel
+        # (softmax over 4097 keys, 32 rows: 2 blocks of 16 rows took 70 us on the H100)
+        budget = row
     tiled = tuple(row if k == d else n for k, n in enumerate(shape))
-    return _Layout(_partition(tiled, [k for k in range(len(shape)) if k != d], REDUCE_TILE), loop)
+    return _Layout(_partition(tiled, [k for k in range(len(shape)) if k != d], budget), loop)
 
 
 def _reduction(op: Op) -> TBGraph:
@@ -191,6 +197,13 @@ def _matmul(op: Op) -> TBGraph:
     BM = M if M <= bm else _tile(M, bm, 16)
     BN = N if N <= bn else _tile(N, bn, 8)
     BK = K if K <= bk else _tile(K, bk, 16)
+    if BK % 16 or BN % 8:
+        # no tensor cores, and a K loop of few prime steps cannot be split across blocks
+        # (4097 = 17 x 241 keys): narrower column tiles fill the machine instead (attention's
+        # P @ V at decode: 16 blocks took 137 us on the H100)
+        blocks = prod(a.shape[:-2]) * (M // BM)
+        while blocks * (N // BN) < MM_MIN_BLOCKS and BN % 16 == 0:
+            BN //= 2
     splits = [(rank - 1, N // BN), (rank - 2, M // BM)] + [(d, a.shape[d]) for d in range(rank - 2)]
     splits = [(d, p) for d, p in splits if p > 1]
     for whole in (rank - 2, rank - 1):  # more than three parallel axes: keep M, then N, whole
