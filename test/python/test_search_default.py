@@ -159,6 +159,28 @@ def test_attention_seeds_are_flash_decoding():
     assert attention_seeds(PROGRAMS["gated_mlp_silu"].reference("small"), make_config("attention")) == []
 
 
+def test_residual_of_the_matmul_input_fuses():
+    """x @ W + x: the add reads the matmul's own input, which tied the contraction dim to the
+    output columns (one dimension class: no schedule split the columns). The search runs on
+    a core program whose add reads an alias of x (prologue.aliased) and folds it back: one
+    kernel reading x twice, verified, equal to numpy."""
+    from mirage.search.prologue import aliased
+
+    g = mi.new_kernel_graph("self_residual")
+    x, w = g.new_input((8, 256)), g.new_input((256, 256))
+    g.mark_output(g.add(g.matmul(x, w), x))
+    assert aliased(g).aliases == {2: 0}
+    assert dim_classes(aliased(g).core)[0][2] == ("c0", "c2")  # the alias has the output's classes
+    res = superoptimize(g, "auto", measure=False, workers=2, time_limit=60)
+    best = res.candidates[0]
+    assert best.key != "reference" and kernels(best.graph) == 1, res.report()
+    assert sum(t is best.graph.inputs[0] for t in best.graph.ops[0].inputs) == 2  # x read twice
+    assert best.verification.startswith("equivalent"), best.verification
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal((8, 256)), rng.standard_normal((256, 256))]
+    assert close(best.graph.evaluate(xs)[0], xs[0] @ xs[1] + xs[0])
+
+
 def test_nothing_found_says_what_bound_the_search():
     # nothing to fuse: pow has no abstract expression, the search cannot rewrite it (a lone
     # matmul is no such case: its graph-defined rewrites with more blocks than the

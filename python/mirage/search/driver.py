@@ -339,11 +339,10 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     t0 = time.monotonic()
     deadline = t0 + cfg.time_limit
     enumeration_deadline = t0 + ENUMERATION_SHARE * cfg.time_limit
-    pro = None
-    if cfg.prologues:
-        from .prologue import analyze
+    from .prologue import aliased, analyze
 
-        pro = analyze(ref)
+    pro = analyze(ref) if cfg.prologues else None
+    pro = pro or aliased(ref)  # a residual x @ W + x: the add reads an alias of x
     stats = Stats()
     found = _seeds(ref, cfg, device, pro, stats.pruned)
     # branch and bound: items (and kernel states) whose every candidate costs more than

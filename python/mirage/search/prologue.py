@@ -22,7 +22,7 @@ checked against the reference (float64 + formal verifier) like every other.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..core.graph import KNGraph
 
@@ -42,6 +42,7 @@ class Prologues:
     ref: KNGraph
     core: KNGraph
     prologues: dict  # input index -> Prologue
+    aliases: dict = field(default_factory=dict)  # core input index (past the reference's) -> reference input
 
     def fold(self, plan):
         return fold(self, plan)
@@ -169,6 +170,49 @@ def analyze(ref: KNGraph) -> Prologues | None:
     return Prologues(ref, core, found)
 
 
+def aliased(ref: KNGraph) -> Prologues | None:
+    """`ref` with a second input for each input that a matmul contracts and another op
+    reads too (a residual `x @ W + x`), or None where there is none. In the reference both
+    readers share x's dims, so the contraction dim and the output columns fall into one
+    dimension class and no schedule splits the columns; in the core program the other
+    readers read the alias, whose dims are classed by them alone. Folding maps the alias back
+    to the input: the fused kernel reads x twice (two input iterators, two maps)."""
+    if any(op.kind == "graph_def" for op in ref.ops):
+        return None
+    n = len(ref.inputs)
+    contracted = {id(op.inputs[0]) for op in ref.ops if op.kind == "matmul"}
+    other = {}  # input index -> its non-matmul readers
+    for k, X in enumerate(ref.inputs):
+        if id(X) in contracted:
+            readers = [j for j, op in enumerate(ref.ops) if op.kind != "matmul"
+                       and any(t is X for t in op.inputs)]
+            if readers:
+                other[k] = set(readers)
+    if not other:
+        return None
+    core = KNGraph(ref.name)
+    env = {}
+    for X in ref.inputs:
+        env[id(X)] = core.new_input(X.shape, dtype=X.dtype)
+    alias, aliases = {}, {}
+    for k in sorted(other):
+        X = ref.inputs[k]
+        alias[k] = core.new_input(X.shape, dtype=X.dtype)
+        aliases[len(core.inputs) - 1] = k
+    for k, s in ref.strides.items():
+        core.strides[k] = s
+    index = {id(X): k for k, X in enumerate(ref.inputs)}
+    for j, op in enumerate(ref.ops):
+        xs = [alias[index[id(t)]] if j in other.get(index.get(id(t)), ()) else env[id(t)] for t in op.inputs]
+        if op.kind == "constant":
+            env[id(op.outputs[0])] = core.constant(op.attrs["value"], op.attrs["shape"], op.outputs[0].dtype)
+        else:
+            env[id(op.outputs[0])] = getattr(core, op.kind)(*xs, **op.attrs)
+    for t in ref.outputs:
+        core.mark_output(env[id(t)])
+    return Prologues(ref, core, {}, aliases)
+
+
 def _prologue_ops(P: Prologues, p: Prologue, first: int, src: int):
     """The prologue as plan ops over a tensor list whose next index is `first`, reading
     the raw input at index `src`: (ops as (kind, ins, attrs), index of X')."""
@@ -223,11 +267,14 @@ def fold(P: Prologues, plan):
             prefix.append(("op", kind, ins, attrs))
         m += len(pops)
         remap[k] = fr
-    shift = m - n
+    n_core = len(P.core.inputs)  # the reference's inputs, then the aliases
+    shift = m - n_core
 
     def r(i):
         if i < n:
             return remap.get(i, i)
+        if i < n_core:
+            return P.aliases[i]
         return i + shift
 
     new_ops = list(prefix)
