@@ -25,6 +25,7 @@ from math import ceil, prod
 
 from ..core import ops as O
 from ..core.graph import KNGraph, Op, TBGraph
+from ..core.rules import smem_bytes
 from ..optimize.schedule import regions
 from ..target import DEFAULT, Target
 
@@ -159,6 +160,12 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
                 simt += fl
     a = alpha(blocks, dev.sms)
     # shared memory and compute scale with the busy SMs
-    t = dev.launch + max(read_time(blocks, dram, l2, dev),
-                         smem / (dev.smem_bw * a), tc / (dev.tensor_flops * a) + simt / (dev.simt_flops * a))
+    mem = read_time(blocks, dram, l2, dev)
+    work = max(smem / (dev.smem_bw * a), tc / (dev.tensor_flops * a) + simt / (dev.simt_flops * a))
+    # a for-loop whose loop-varying input tiles do not fit a second time in shared memory
+    # gets no prefetch ring (the lowering's stages = 1): every iteration waits for its
+    # loads, so reading and computing do not overlap
+    varying = sum(_bytes(r.stensor) for r in tb.inputs if r.forloop_dim != -1)
+    serial = iters > 1 and smem_bytes(tb) + varying > dev.smem_per_block
+    t = dev.launch + (mem + work if serial else max(mem, work))
     return KernelCost("graph_def", blocks, dram, smem, tc + simt, a, t)
