@@ -58,11 +58,11 @@ def test_the_lowering_plan_is_data():
 
 def test_only_the_boundary_package_imports_mlir():
     """`mirage.mlir` is the one package that crosses between MLIR and the model. Outside
-    it: the TOSA import (still in `frontend/`), and the lowering's back end, which runs
-    upstream MLIR passes on the text the lowering printed (GPU dialects to PTX)."""
+    it: the lowering's back end, which runs upstream MLIR passes on the text the lowering
+    printed (GPU dialects to PTX)."""
     users = {n for n, imps in modules().items() if any(m == "mlir" or m.startswith("mlir.") for m in imps)}
     outside = {n for n in users if not n.startswith("mirage.mlir")}
-    assert outside <= {"mirage.frontend.tosa_to_kn", "mirage.lower.pipeline"}, sorted(outside)
+    assert outside <= {"mirage.lower.pipeline"}, sorted(outside)
 
 
 def test_no_import_cycle_between_packages():

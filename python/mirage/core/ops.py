@@ -12,7 +12,7 @@ definition, and tests.
 
 Operator names appear elsewhere only where they are genuinely special: the importers'
 names for them (ATen ops in `frontend/torch_import.py`, the TOSA gelu pattern in
-`frontend/tosa_to_kn.py`), the lifter's term language for Triton kernels (`lift/`), the
+`mlir/tosa.py`), the lifter's term language for Triton kernels (`lift/`), the
 exact Z3 encodings of relu and clamp (`verify/smt.py`), and the builder methods written
 out in `graph.py` (`graph.WRITTEN_OUT`, with the reason for each).
 

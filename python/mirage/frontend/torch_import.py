@@ -12,7 +12,7 @@ Pipeline (`import_module`):
    (`torch.fx`'s `CapabilityBasedPartitioner`); the rest stay torch nodes.
 3. Each partition is imported with `torch_mlir.fx.stateless_fx_import(...,
    output_type="tosa")`, parsed with the `mlir` bindings and converted by
-   `tosa_to_kn.convert_function`. If the TOSA holds an op kn cannot express, the whole
+   `mirage.mlir.tosa.convert_function`. If the TOSA holds an op kn cannot express, the whole
    partition stays in torch (reported with the TOSA op and reason): nothing is dropped.
 4. The partitioned program is the export's graph module in which every converted
    partition is a `DeployedSegment` (frontend/deploy.py): it runs the kn graph (reference interpreter, or
@@ -30,7 +30,7 @@ import numpy as np
 
 from ..core.graph import KNGraph
 from ..core.mlir_text import print_module
-from . import tosa_to_kn as T
+from ..mlir import tosa as T
 from .fx_cleanup import cleanup
 from .layers import split_by_layer
 from .reshape_sink import sink_reshapes

@@ -5,8 +5,7 @@ A pass is a subclass of `Pass` with an `argument` (its flag in `mirage-opt`, e.g
 `module` is the `mlir.ir.Operation` of a `builtin.module`. A pass reports problems
 through `mirage.mlir.diagnostics` and raises `PassFailure` to fail the pipeline.
 
-Each pass is one file of `mirage/mlir/passes/` named after its flag (the TOSA import,
-`convert-tosa-to-kn`, still lives in `frontend/tosa_to_kn.py`); it crosses to the model
+Each pass is one file of `mirage/mlir/passes/` named after its flag; it crosses to the model
 and back through `mirage.mlir.bridge` and calls the stage that does the work (verify/,
 search/, optimize/, lower/). `PASS_MODULES` lists the modules that define passes,
 imported on first use so that `import mirage` stays light.
@@ -74,7 +73,7 @@ PASS_MODULES = [
     "mirage.mlir.passes.mirage_schedule",
     "mirage.mlir.passes.mirage_smem_plan",
     "mirage.mlir.passes.convert_mirage_to_gpu",
-    "mirage.frontend.tosa_to_kn",
+    "mirage.mlir.passes.convert_tosa_to_kn",
 ]
 
 _REGISTRY: dict[str, type[Pass]] = {}

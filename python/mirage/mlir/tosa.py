@@ -54,7 +54,6 @@ from ..core import ops as O
 from ..core.dtypes import dtype as Dtype
 from ..core.graph import GraphError, KNGraph
 from ..core.mlir_text import print_function, tensor_type
-from ..mlir.registry import Option, Pass, PassFailure, parse_bool, register
 
 FLOAT_TYPES = {"f16", "bf16", "f32"}
 
@@ -630,7 +629,7 @@ def convert_function(func, lift_constants: bool = False) -> FuncResult:
 
 
 def _loc(op):
-    from ..mlir.diagnostics import location_of
+    from .diagnostics import location_of
 
     return location_of(op)
 
@@ -874,44 +873,3 @@ def to_kn_text(module) -> tuple[str, list[FuncResult]]:
         ft = ir.FunctionType(ir.TypeAttr(op.operation.attributes["function_type"]).value)
         chunks.append(print_converted(fr, [str(t) for t in ft.inputs], [str(t) for t in ft.results]))
     return "module {\n" + "\n".join(chunks) + "\n}\n", results
-
-
-# -- the pass ---------------------------------------------------------------------------------
-
-@register
-class ConvertTosaToKn(Pass):
-    argument = "convert-tosa-to-kn"
-    summary = "Convert TOSA functions to kn kernel graphs; unsupported ops stay TOSA between outlined kn functions"
-    options = (
-        Option("allow-partial", parse_bool, True,
-               "leave ops kn cannot express as TOSA (with a remark each); false: fail on them"),
-    )
-
-    def run(self, module, allow_partial: bool = True, **_) -> None:
-        from ..mlir import diagnostics as D
-
-        ir = _ir()
-        try:
-            text, results = to_kn_text(module)
-        except (ConversionError, GraphError) as e:
-            D.error(module, f"convert-tosa-to-kn: {e}")
-            raise PassFailure(str(e)) from None
-        failed = False
-        for fr in results:
-            for u in fr.unsupported:
-                op = next((n.op for n in fr.nodes if n.kind == "opaque" and n.op.name == u.op
-                           and _loc(n.op) == u.location), module)
-                if allow_partial:
-                    D.remark(op, f"{u.op} stays TOSA: {u.reason}")
-                else:
-                    D.error(op, f"{u.op} cannot be converted to kn: {u.reason}")
-                    failed = True
-        if failed:
-            raise PassFailure("convert-tosa-to-kn: unsupported ops")
-        new = ir.Module.parse(text, module.context)
-        block = module.regions[0].blocks[0]
-        for op in list(block.operations):
-            op.operation.erase()
-        for op in list(new.body.operations):
-            op.operation.detach_from_parent()
-            block.append(op.operation)
