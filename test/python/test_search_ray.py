@@ -81,7 +81,8 @@ def test_items_are_dealt_largest_first():
     items = D.work_items(gen, bound=bound)[0]
     dealt = D.by_size(gen, items)
     assert sorted(map(repr, dealt)) == sorted(map(repr, items))
-    D._init_worker(None, None, ref, cfg, pro, bound)
+    D._init_worker(None, None, ref, cfg, pro, bound, quiet=False)  # quiet would ignore Ctrl-C here and in the
+    # processes the later tests start (an ignored SIGINT is inherited)
     states = {repr(it): D._run_item(it)[1].states for it in items}
     largest = sorted(states, key=lambda k: -states[k])[:4]
     assert sorted(largest) == sorted(map(repr, dealt[:4])), [states[repr(it)] for it in dealt[:8]]
