@@ -21,7 +21,7 @@ from math import prod
 
 from ..core.graph import GraphError, Op, STensor, TBGraph
 from ..core.ops import is_accumulator
-from ..optimize.layout import recorded_layouts, select_layouts
+from ..optimize.layout import inner_dim, recorded_layouts, select_layouts
 from ..optimize.plan import tile_names
 from ..optimize.schedule import _Deps, schedule as schedule_ops
 from ..optimize.smem import live_ranges, plan_smem
@@ -475,7 +475,7 @@ class KernelPlan:
         gi = {}
         for k, g in enumerate(self.ins):
             if 1 in g.strides:
-                gi[k] = len(g.strides) - 1 - list(reversed(g.strides)).index(1)
+                gi[k] = inner_dim(g.strides)
         if self.opts.layout and tb.recorded_layouts:  # --mirage-layout ran
             self.layout_plan = recorded_layouts(tb, global_inner=gi or None)
         else:

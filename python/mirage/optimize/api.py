@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from ..core.graph import KNGraph, TBGraph
-from .layout import select_layouts
+from .layout import inner_dim, select_layouts
 from .plan import BlockPlan, tile_names
 from .schedule import schedule
 from .smem import plan_smem
@@ -41,10 +41,6 @@ def optimize_graph(g: KNGraph, **options) -> dict[int, BlockPlan]:
 def global_inner(g: KNGraph, op) -> dict[int, int] | None:
     """Input iterator index -> the innermost (stride-1) dim of the device tensor it reads,
     for the inputs of kernel op `op` of `g` with non-default strides (None if none)."""
-    gi = {}
-    for k, t in enumerate(op.inputs):
-        if t.producer == "input" and t.index in g.strides:
-            st = g.strides[t.index]
-            if 1 in st:
-                gi[k] = len(st) - 1 - list(reversed(st)).index(1)
+    gi = {k: inner_dim(g.strides[t.index]) for k, t in enumerate(op.inputs)
+          if t.producer == "input" and t.index in g.strides and 1 in g.strides[t.index]}
     return gi or None

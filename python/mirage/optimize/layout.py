@@ -175,6 +175,11 @@ def _plan(tb, choice, costs, optimal, enabled) -> LayoutPlan:
     return LayoutPlan(out, costs.total(choice), default, optimal, enabled)
 
 
+def inner_dim(strides) -> int | None:
+    """The innermost (last stride-1) dim of a tensor with these strides, or None."""
+    return len(strides) - 1 - list(reversed(strides)).index(1) if 1 in strides else None
+
+
 def recorded_layouts(tb: TBGraph, global_inner: Mapping[int, int] | None = None) -> LayoutPlan:
     """The layouts the IR recorded (`tb.layout`, read into `tb.recorded_layouts`); a tile
     without one is row-major and unswizzled."""
