@@ -301,8 +301,6 @@ def parse_mlir(source, origins: dict | None = None) -> list[KNGraph]:
     `origins`, when given, receives id(model object) -> the mlir Operation it came from,
     for graph-defined kernel ops and every tile of their block graphs (passes annotate
     the IR through it)."""
-    import mlir.ir as ir
-
     if isinstance(source, str):
         from .dialects import parse_module
 
