@@ -108,7 +108,7 @@ def main():
            f"workers=w, max_block_ops={a.max_block_ops}, measure=False{', verify=False' if a.no_checks else ''})` "
            "to its end (no time limit reached). *Enumeration*: the work items (split over the workers); *search*: "
            "the whole call: seeds, the items' size probe, enumeration, ranking"
-           f"{'' if a.no_checks else ', the checks of the best 3 candidates (workers at a time)'}; *other*: "
+           f"{'' if a.no_checks else ', the checks of the best 3 candidates (in parallel)'}; *other*: "
            "search - enumeration (the driver's serial phases and the pool's start). *Order*: the order the "
            "items are dealt in (largest first: `driver.by_size`; promising: `work_items`' order). Speedup and "
            "efficiency (speedup / workers) against one worker. Load: the 1-minute load average before / after "
