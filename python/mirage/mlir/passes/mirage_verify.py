@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import diagnostics as D
-from ..bridge import import_graphs
+from ..bridge import functions, import_graphs
 from ..registry import Option, Pass, PassFailure, parse_bool, register
 
 
@@ -105,14 +105,12 @@ class VerifyPass(Pass):
     )
 
     def run(self, module, **options) -> None:
-        funcs = [f for f in module.regions[0].blocks[0].operations if f.operation.name == "func.func"]
         pairs, where = [], {}
-        for f in funcs:
-            attrs = f.operation.attributes
-            if "mirage.candidate_of" in attrs:
-                name = _attr_symbol(attrs["sym_name"])
-                pairs.append((name, _attr_symbol(attrs["mirage.candidate_of"])))
-                where[name] = f.operation
+        for f in functions(module):
+            if "mirage.candidate_of" in f.attributes:
+                name = _attr_symbol(f.attributes["sym_name"])
+                pairs.append((name, _attr_symbol(f.attributes["mirage.candidate_of"])))
+                where[name] = f
         if not pairs:
             return
         graphs = {g.name: g for g in import_graphs(module, "mirage-verify")}
