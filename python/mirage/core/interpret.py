@@ -59,6 +59,30 @@ def evaluate(g: KNGraph, inputs: Sequence, dtype=None, arith: Arith | None = Non
     return [ar.to_array(v) for v in res] if arith is None else res
 
 
+class ReferenceOutputs:
+    """The outputs of one reference graph, per trial key, for checks of many candidates
+    against it (one evaluation of full-size attention takes a second or more). The graph
+    object is held, so its id cannot be reused, and its ops are compared, so a graph grown
+    since is evaluated again; at most `limit` trials are kept."""
+
+    def __init__(self, limit: int = 16):
+        self.limit, self.graph, self.shape, self.values = limit, None, None, {}
+
+    def get(self, reference: KNGraph, key, compute):
+        """The outputs of trial `key`, from `compute()` the first time."""
+        shape = (tuple(id(op) for op in reference.ops), tuple(id(t) for t in reference.outputs))
+        if self.graph is not reference or self.shape != shape:
+            self.graph, self.shape, self.values = reference, shape, {}
+        if key not in self.values:
+            if len(self.values) >= self.limit:
+                self.values = {}
+            self.values[key] = compute()
+        return self.values[key]
+
+    def clear(self) -> None:
+        self.graph, self.shape, self.values = None, None, {}
+
+
 def _results(d: O.OpDef, v) -> list:
     return list(v) if d.results > 1 else [v]
 

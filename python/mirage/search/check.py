@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.interpret import ReferenceOutputs
+
 USE_FORMAL_VERIFIER = True
 TRIALS = 2
 RTOL = 1e-8  # float64 reassociation of 4096-term sums stays ~1e-13 relative
@@ -40,21 +42,8 @@ def formal_equivalent(reference, candidate, seed: int = 0):
     return check_equivalence(reference, candidate, delta=DELTA, seed=seed, fp_check=False)
 
 
-# the reference's float64 outputs per (seed, trial): the same for every candidate a worker
-# checks (one evaluation of full-size attention takes a second or more); keyed by the
-# graph object, held here so its id cannot be reused, and by its ops (a graph grown since)
-_REFERENCE: dict = {}
-
-
-def _reference_outputs(reference, xs, seed: int, trial: int) -> list:
-    shape = (tuple(id(op) for op in reference.ops), tuple(id(t) for t in reference.outputs))
-    if _REFERENCE.get("graph") is not reference or _REFERENCE.get("shape") != shape:
-        _REFERENCE.clear()
-        _REFERENCE.update(graph=reference, shape=shape)
-    if (seed, trial) not in _REFERENCE:
-        with np.errstate(all="ignore"):
-            _REFERENCE[seed, trial] = reference.evaluate(xs)
-    return _REFERENCE[seed, trial]
+# the reference's float64 outputs per (seed, trial): the same for every candidate a worker checks
+_REFERENCE = ReferenceOutputs()
 
 
 def float_equivalent(reference, candidate, seed: int = 0, trials: int = TRIALS) -> bool:
@@ -62,8 +51,8 @@ def float_equivalent(reference, candidate, seed: int = 0, trials: int = TRIALS) 
     for trial in range(trials):
         xs = [rng.uniform(-1.0, 1.0, t.shape) for t in reference.inputs]
         try:
-            want = _reference_outputs(reference, xs, seed, trial)
             with np.errstate(all="ignore"):
+                want = _REFERENCE.get(reference, (seed, trial), lambda: reference.evaluate(xs))
                 got = candidate.evaluate(xs)
         except Exception:
             return False

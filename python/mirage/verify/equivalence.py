@@ -43,7 +43,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..core.graph import KNGraph
-from ..core.interpret import evaluate
+from ..core.interpret import ReferenceOutputs, evaluate
 from .field import FieldArith, FieldZeroDivision, is_prime, safe_primes
 from .lax import Form, LaxReport, analyze
 
@@ -373,7 +373,8 @@ def _trials(reference, candidate, n_trials, make_arith, rng, both: bool, res, ma
             ar = make_arith()
             ins = [ar.random_value(t.shape) for t in reference.inputs]
             try:
-                ro = _reference_outputs(reference, ins, ar, state)
+                ro = _REFERENCE.get(reference, (state, ar.model, ar.p, ar.q, ar.track_q),
+                                    lambda: evaluate(reference, ins, arith=ar))
                 co = evaluate(candidate, ins, arith=ar)
                 break
             except FieldZeroDivision:
@@ -397,22 +398,8 @@ def _trials(reference, candidate, n_trials, make_arith, rng, both: bool, res, ma
 # the reference's outputs per trial: a check of several candidates against one reference
 # (the search's checks) evaluates it once per trial. A trial's arithmetic (keys, ω) and inputs
 # all come from the check's RNG, so its state before the trial, with the arithmetic's kind,
-# names them; the graph object is held (its id cannot be reused) and its ops compared.
-_REFERENCE: dict = {}
-
-
-def _reference_outputs(reference: KNGraph, ins, ar: FieldArith, state: str) -> list:
-    shape = (tuple(id(op) for op in reference.ops), tuple(id(t) for t in reference.outputs))
-    if _REFERENCE.get("graph") is not reference or _REFERENCE.get("shape") != shape:
-        _REFERENCE.clear()
-        _REFERENCE.update(graph=reference, shape=shape)
-    key = (state, ar.model, ar.p, ar.q, ar.track_q)
-    if key not in _REFERENCE:
-        if len(_REFERENCE) > 16:  # a few trials' outputs (seeds of one search): no unbounded growth
-            _REFERENCE.clear()
-            _REFERENCE.update(graph=reference, shape=shape)
-        _REFERENCE[key] = evaluate(reference, ins, arith=ar)
-    return _REFERENCE[key]
+# names them.
+_REFERENCE = ReferenceOutputs()
 
 
 def _random_primes(p: int) -> tuple[int, int]:
