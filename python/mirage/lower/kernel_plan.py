@@ -21,7 +21,7 @@ from math import prod
 
 from ..core.graph import GraphError, Op, STensor, TBGraph
 from ..core.ops import is_accumulator
-from ..optimize.layout import inner_dim, recorded_layouts, select_layouts
+from ..optimize.layout import inner_dim, lowering_layouts
 from ..optimize.plan import tile_names
 from ..optimize.schedule import _Deps, schedule as schedule_ops
 from ..optimize.smem import live_ranges, plan_smem
@@ -476,10 +476,7 @@ class KernelPlan:
         for k, g in enumerate(self.ins):
             if 1 in g.strides:
                 gi[k] = inner_dim(g.strides)
-        if self.opts.layout and tb.recorded_layouts:  # --mirage-layout ran
-            self.layout_plan = recorded_layouts(tb, global_inner=gi or None)
-        else:
-            self.layout_plan = select_layouts(tb, enabled=self.opts.layout, global_inner=gi or None)
+        self.layout_plan = lowering_layouts(tb, self.opts.layout, gi or None)  # those of --mirage-layout, if it ran
         lays = self.layout_plan.tiles
         self.sched_plan = schedule_ops(tb, layouts=lays, order=tb.recorded_order)  # that of --mirage-schedule, if it ran
         self.deps = _Deps(tb, lays)

@@ -34,7 +34,7 @@ def import_graphs(module, pass_name: str, origins: dict | None = None) -> list:
 class GraphDef(NamedTuple):
     op: object  # the kn.graph_def Operation
     graph: object  # the KNGraph holding it
-    body: object  # its block graph (TBGraph)
+    kernel: object  # its kernel op in the model (`kernel.body`: the block graph)
     tiles: dict  # tile name (as `optimize.plan.tile_names`) -> the Operation defining the tile
 
 
@@ -48,7 +48,7 @@ def graph_defs(module, pass_name: str) -> list[GraphDef]:
         for op in g.ops:
             if op.kind == "graph_def":
                 tiles = {name: origins[t] for t, name in tile_names(op.body).items()}
-                out.append(GraphDef(origins[id(op)], g, op.body, tiles))
+                out.append(GraphDef(origins[id(op)], g, op, tiles))
     return out
 
 

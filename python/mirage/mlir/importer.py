@@ -243,10 +243,12 @@ def _read_plan(tb: TBGraph, origins: dict) -> None:
         with _at(where):
             if not all("tb.order" in o.attributes for o in ops):
                 raise MLIRImportError("tb.order must be on every op of the block graph, or on none")
-            pos = [_int(o.attributes["tb.order"]) for o in ops]
-            order = sorted(range(len(ops)), key=lambda j: pos[j])
-            why = valid_order(tb, order) if sorted(pos) == list(range(len(ops))) else \
-                f"tb.order must number the {len(ops)} ops 0..{len(ops) - 1}, each once"
+            order = [-1] * len(ops)  # a place out of range or taken twice leaves a -1: valid_order says so
+            for j, o in enumerate(ops):
+                place = _int(o.attributes["tb.order"])
+                if 0 <= place < len(ops):
+                    order[place] = j
+            why = valid_order(tb, order)
             if why:
                 raise MLIRImportError(why)
         tb.recorded_order = order

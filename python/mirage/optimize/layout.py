@@ -180,9 +180,12 @@ def inner_dim(strides) -> int | None:
     return len(strides) - 1 - list(reversed(strides)).index(1) if 1 in strides else None
 
 
-def recorded_layouts(tb: TBGraph, global_inner: Mapping[int, int] | None = None) -> LayoutPlan:
-    """The layouts the IR recorded (`tb.layout`, read into `tb.recorded_layouts`); a tile
-    without one is row-major and unswizzled."""
+def lowering_layouts(tb: TBGraph, enabled: bool = True, global_inner: Mapping[int, int] | None = None) -> LayoutPlan:
+    """The layouts `tb` is lowered with: those the IR recorded (`tb.layout`, read into
+    `tb.recorded_layouts`; a tile without one is row-major and unswizzled), else the ILP's
+    choice (`enabled=False`: row-major, unswizzled)."""
+    if not (enabled and tb.recorded_layouts):
+        return select_layouts(tb, enabled=enabled, global_inner=global_inner)
     choice = default_layouts(tb)
     choice.update(tb.recorded_layouts)
     return _plan(tb, choice, _Costs(tb, global_inner), False, True)

@@ -22,9 +22,9 @@ class LayoutPass(Pass):
     summary = "Choose the innermost dim and swizzle of every shared-memory tile (ILP, Z3)"
 
     def run(self, module, **_) -> None:
-        for gdef, g, tb, tiles in graph_defs(module, self.argument):
-            kop = next(op for op in g.ops if op.body is tb)
-            plan = select_layouts(tb, global_inner=global_inner(g, kop))
+        for gdef, g, kernel, tiles in graph_defs(module, self.argument):
+            tb = kernel.body
+            plan = select_layouts(tb, global_inner=global_inner(g, kernel))
             for j, op in enumerate(tb.ops):
                 if len(op.outputs) > 1:
                     set_attr(tiles[f"op{j}.0"], "tb.layout",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..bridge import graph_defs, set_attr
 from ..registry import Pass, register
 from ...optimize.api import global_inner
-from ...optimize.layout import recorded_layouts, select_layouts
+from ...optimize.layout import lowering_layouts
 from ...optimize.schedule import schedule
 
 
@@ -25,10 +25,9 @@ class SchedulePass(Pass):
     def run(self, module, **_) -> None:
         import mlir.ir as ir
 
-        for gdef, g, tb, tiles in graph_defs(module, self.argument):
-            gi = global_inner(g, next(op for op in g.ops if op.body is tb))
-            lays = recorded_layouts(tb, gi) if tb.recorded_layouts else select_layouts(tb, global_inner=gi)
-            plan = schedule(tb, layouts=lays.tiles)
+        for gdef, g, kernel, tiles in graph_defs(module, self.argument):
+            tb = kernel.body
+            plan = schedule(tb, layouts=lowering_layouts(tb, global_inner=global_inner(g, kernel)).tiles)
             pos = 0
             for stage_no, st in enumerate(plan.stages):
                 for k, j in enumerate(st.ops):

@@ -24,7 +24,8 @@ class SmemPlanPass(Pass):
 
     def run(self, module, capacity: int = 0, **opts) -> None:
         failed = False
-        for gdef, g, tb, tiles in graph_defs(module, self.argument):
+        for gdef, g, kernel, tiles in graph_defs(module, self.argument):
+            tb = kernel.body
             try:
                 plan = plan_smem(tb, None, capacity=capacity or g.smem_capacity,
                                  double_buffer=opts.get("double-buffer", True))
