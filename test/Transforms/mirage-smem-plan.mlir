@@ -1,15 +1,19 @@
-// RUN: mirage-opt %s --split-input-file --mirage-smem-plan | FileCheck %s
-// RUN: not mirage-opt %s --split-input-file --mirage-smem-plan=capacity=16384 2>&1 | FileCheck %s --check-prefix=CAP
+// RUN: mirage-opt %s --split-input-file --mirage-smem-plan=row-registers=false | FileCheck %s
+// RUN: mirage-opt %s --split-input-file --mirage-smem-plan | FileCheck %s --check-prefix=ROWS
+// RUN: mirage-opt %s --split-input-file --mirage-smem-plan=fold-combine=false | FileCheck %s --check-prefix=NOFOLD
+// RUN: not mirage-opt %s --split-input-file --mirage-smem-plan=capacity=16384,row-registers=false 2>&1 | FileCheck %s --check-prefix=CAP
 
-// An element-wise chain x -> exp -> sqrt -> exp: only two 16 KiB tiles are ever live,
-// so the third tile reuses the first one's space (32 KiB instead of 64 KiB).
+// An element-wise chain x -> exp -> sqrt -> exp with its tiles in shared memory: only
+// two 16 KiB tiles are ever live, so the third and fourth reuse the first two's space
+// (32 KiB instead of 64 KiB). With its rows in registers (the default) the kernel has no
+// shared-memory tiles and no record.
 // CHECK-LABEL: func.func @chain
-// CHECK: kn.graph_def {{.*}}tb.smem_bytes = 32768 : i64
-// CHECK: tb.input {{.*}}tb.smem_offset = [[A:[0-9]+]] : i64
-// CHECK: tb.exp {{.*}}tb.smem_offset = [[B:[0-9]+]] : i64
-// CHECK: tb.sqrt {{.*}}tb.smem_offset = [[A]] : i64
-// CHECK: tb.exp {{.*}}tb.smem_offset = [[B]] : i64
-// CAP: error: [smem] the block graph needs 32768 bytes of shared memory, more than the capacity 16384
+// CHECK: kn.graph_def {{.*}}tb.smem = {full = {offsets = {in0 = [[A:[0-9]+]] : i64, op0 = [[B:[0-9]+]] : i64, op1 = [[A]] : i64, op2 = [[B]] : i64}, stages = 1 : i64}}
+// ROWS-LABEL: func.func @chain
+// ROWS-NOT: tb.smem
+// ROWS: return
+// CAP: mirage-smem-plan.mlir:[[# @LINE + 3]]:8: error: function @chain: [smem] kernel chain_k0: the block graph's tiles need 32768 bytes of shared memory with this lowering
+// CAP-SAME: more than the capacity 16384
 func.func @chain(%x: tensor<16x512xf16>) -> tensor<16x512xf16> {
   %0 = kn.graph_def (%x) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 64
       : (tensor<16x512xf16>) -> tensor<16x512xf16> {
@@ -25,11 +29,16 @@ func.func @chain(%x: tensor<16x512xf16>) -> tensor<16x512xf16> {
 
 // -----
 
-// Double buffering: the loop-varying iterator tile takes two copies; the accumulator
-// lives across the loop.
+// A matmul over a for-loop of 4 on a grid of 8 blocks: the lowering splits the loop over 2
+// blocks (one partial kernel that folds the combine: its arrival `flag`), keeps the
+// accumulator in registers (no tile for the matmul's result op0), and prefetches both
+// loop-varying inputs in a ring of 2 stages (the 2 iterations each block runs); the f16
+// accumulator tile op1 is written after the loop. With fold-combine=false: a partial and a
+// combine kernel, each with its own buffers.
 // CHECK-LABEL: func.func @mm
-// CHECK: tb.input {{.*}}tb.smem_copies = 2 : i64
-// CHECK: tb.input {{.*}}tb.smem_copies = 2 : i64
+// CHECK: kn.graph_def {{.*}}tb.smem = {partial = {offsets = {flag = {{[0-9]+}} : i64, in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}, stages = 2 : i64}}
+// NOFOLD-LABEL: func.func @mm
+// NOFOLD: kn.graph_def {{.*}}tb.smem = {combine = {offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}, stages = 1 : i64}, partial = {offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}, stages = 2 : i64}}
 func.func @mm(%x: tensor<16x256xf16>, %w: tensor<256x512xf16>) -> tensor<16x512xf16> {
   %0 = kn.graph_def (%x, %w) grid [8, 1, 1] block [128, 1, 1] forloop 4 dimx 64
       : (tensor<16x256xf16>, tensor<256x512xf16>) -> tensor<16x512xf16> {

@@ -159,3 +159,43 @@ def test_row_plan_does_not_apply():
     assert plan_of(BENCHMARKS["ntrans"].reference(1)).rows is not None
     # rows that are not whole 16-byte chunks (1000 elements)
     assert plan_of(_rows_graph(16, 1000, 16, 128, lambda tb, x: tb.exp(x))).rows is None
+
+
+def test_recorded_smem_is_taken_and_checked():
+    """Offsets and a ring depth recorded for the kernel (`tb.recorded_smem`, what the
+    importer reads from `tb.smem`) replace the planned ones: the plan's own record gives
+    the same plan, a buffer moved to a free place moves, and a record the kernel cannot
+    honour is a LoweringError naming the block graph, checked before anything is emitted."""
+    import pytest
+
+    from mirage.lower.kernel_plan import LoweringError
+
+    g = BENCHMARKS["gqa"].fused(1)
+    tb = g.ops[0].body
+    p = plan_of(g)
+    S, offsets = p.smem_record()
+    assert S == p.S and set(offsets) == {n for n, _ in p.buffers()} and "scratch4" in offsets
+    try:
+        tb.recorded_smem = {"full": (S, offsets)}
+        same = plan_of(g)
+        assert same.smem_record() == (S, offsets) and same.smem == p.smem
+        top = -(-p.smem // 128) * 128 + 128
+        tb.recorded_smem = {"full": (S, {**offsets, "op3": top})}
+        moved = plan_of(g)
+        op3 = next(t for n, t in moved.buffers() if n == "op3")
+        assert op3.offset == top and moved.smem == top + op3.bytes
+        for rec, why in [((S, {**offsets, "op3": offsets["in1"]}), "overlap"),
+                         ((S, {**offsets, "op3": top + 64}), "multiple of 128"),
+                         ((S + 1, offsets), f"stages = {S + 1}"),
+                         ((S, {n: o for n, o in offsets.items() if n != "red" and n != "op3"}), "no offset for buffer op3")]:
+            tb.recorded_smem = {"full": rec}
+            with pytest.raises(LoweringError, match=why) as e:
+                plan_of(g)
+            assert e.value.tb is tb
+        # smem_plan off (one region per buffer) takes no record, as layout off takes no layouts
+        tb.recorded_smem = {"full": (S, {**offsets, "op3": 0})}
+        unplanned = plan_of(g, Options(smem_plan=False)).smem_record()
+        tb.recorded_smem = {}
+        assert unplanned == plan_of(g, Options(smem_plan=False)).smem_record() != (S, offsets)
+    finally:
+        tb.recorded_smem = {}

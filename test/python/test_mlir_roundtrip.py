@@ -124,19 +124,96 @@ def _kernels(text: str) -> str:
     return re.sub(r"graph_hash\\22: \\22[0-9a-f]+", "graph_hash", text)
 
 
-@pytest.mark.parametrize("name", ["gqa", "gated_mlp"])
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
 def test_optimizer_passes_then_lowering_equal_the_lowering_alone(name):
-    """convert-mirage-to-gpu takes the layouts and the op order that --mirage-layout and
-    --mirage-schedule recorded: being the choices it would make itself, the kernels come
-    out the same (GQA's schedule reorders its two accumulators, gated MLP's interleaves
-    matmuls and accumulators)."""
+    """convert-mirage-to-gpu takes the layouts, the op order and the shared-memory plan
+    that --mirage-layout, --mirage-schedule and --mirage-smem-plan recorded: being the
+    choices it would make itself, the kernels come out the same (GQA's schedule reorders
+    its two accumulators, gated MLP's interleaves matmuls and accumulators)."""
     pytest.importorskip("z3")
     path = str(ROOT / "examples" / f"{name}_fused.mlir")
     alone = mirage_opt(path, "--convert-mirage-to-gpu")
-    piped = mirage_opt(path, "--mirage-layout", "--mirage-schedule", "--mirage-smem-plan", "--convert-mirage-to-gpu")
-    assert alone.returncode == 0 and piped.returncode == 0, alone.stderr + piped.stderr
+    planned = mirage_opt(path, "--mirage-layout", "--mirage-schedule", "--mirage-smem-plan")
+    piped = mirage_opt("--convert-mirage-to-gpu", stdin=planned.stdout)
+    assert alone.returncode == 0 and planned.returncode == 0 and piped.returncode == 0, \
+        alone.stderr + planned.stderr + piped.stderr
     assert "gpu.module" in alone.stdout
     assert _kernels(piped.stdout) == _kernels(alone.stdout)
+
+
+def test_smem_plan_with_the_lowerings_options_is_taken():
+    """--mirage-smem-plan plans with the lowering's options: given the same ones (here two
+    kernels for the split loop of RMSNorm + Linear, a partial and a combine one), the record
+    is the plan of those kernels and the lowering takes it."""
+    path = str(ROOT / "examples" / "rmsnorm_linear_fused.mlir")
+    planned = mirage_opt(path, "--mirage-smem-plan=fold-combine=false stages=3")
+    assert planned.returncode == 0, planned.stderr
+    assert re.search(r"tb.smem = \{combine = \{.*stages = 1 : i64\}, partial = \{.*stages = 3 : i64\}\}", planned.stdout)
+    piped = mirage_opt("--convert-mirage-to-gpu=fold-combine=false stages=3", stdin=planned.stdout)
+    alone = mirage_opt(path, "--convert-mirage-to-gpu=fold-combine=false stages=3")
+    assert piped.returncode == 0 and alone.returncode == 0, piped.stderr + alone.stderr
+    assert _kernels(piped.stdout) == _kernels(alone.stdout)
+    # the default lowering folds the combine into the partial kernel, which then has an
+    # arrival flag that this record does not place
+    other = mirage_opt("--convert-mirage-to-gpu", stdin=planned.stdout)
+    assert other.returncode != 0 and "Traceback" not in other.stderr
+    assert "tb.smem (partial kernel): no offset for buffer flag" in other.stderr, other.stderr
+
+
+def _gqa_smem_plan() -> str:
+    r = mirage_opt(str(ROOT / "examples" / "gqa_fused.mlir"), "--mirage-smem-plan")
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_lowering_takes_an_edited_smem_offset():
+    """The offsets recorded in tb.smem are what the kernel uses: moving the tile of GQA's
+    first kernel that holds the accumulated P V (op3, written after the loop) to a free
+    place past the others moves its view in the GPU MLIR, its address in the PTX and the
+    kernel's dynamic shared memory (to the new end)."""
+    text = _gqa_smem_plan()
+    m = re.search(r"op3 = (\d+) : i64", text)
+    old, new = int(m.group(1)), 90112
+    assert new % 128 == 0 and new > max(int(x) for x in re.findall(r"= (\d+) : i64", text.split("tb.smem = ")[1].split("}}}")[0]))
+    edited = text.replace(m.group(0), f"op3 = {new} : i64", 1)
+    pipeline = ("--pass-pipeline=builtin.module(convert-mirage-to-gpu,gpu-lower-to-nvvm-pipeline{cubin-format=isa "
+                "cubin-chip=sm_90 cubin-features=+ptx80 kernel-bare-ptr-calling-convention=true})")
+    gpu = {k: mirage_opt("--convert-mirage-to-gpu", stdin=t) for k, t in (("old", text), ("new", edited))}
+    ptx = {k: mirage_opt(pipeline, stdin=t) for k, t in (("old", text), ("new", edited))}
+    for r in list(gpu.values()) + list(ptx.values()):
+        assert r.returncode == 0, r.stderr
+    view = r"memref.view %\d+\[%c{}\]"
+    assert re.search(view.format(new), gpu["new"].stdout) and not re.search(view.format(new), gpu["old"].stdout)
+    assert re.search(view.format(old), gpu["old"].stdout) and not re.search(view.format(old), gpu["new"].stdout)
+    assert re.search(rf"\+{new}\]|, {new};", ptx["new"].stdout) and str(new) not in ptx["old"].stdout
+    smem = lambda out: re.findall(r"\\22smem_bytes\\22: (\d+)", out)
+    assert int(smem(gpu["old"].stdout)[0]) < new and smem(gpu["new"].stdout) == [str(new + 64 * 64 * 2)] + smem(gpu["old"].stdout)[1:]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("op3 = {op3}", "op3 = 73792"), "offset 73792 of op3 is not a non-negative multiple of 128"),
+    (("op3 = {op3}", "op3 = 0"), "in1 [0, 32768) and op3 [0, 8192) overlap, and both are live at step 0"),
+    (("op3 = {op3}", "op3 = 229376"), "op3 (8192 bytes) at offset 229376 ends at 237568, past the capacity 232448"),
+    (("op3 = {op3} : i64, ", ""), "no offset for buffer op3"),
+    (("op3 = {op3}", "op9 = {op3}"), "no offset for buffer op3"),
+    (("op3 = {op3} : i64", "op3 = {op3} : i64, red = 0 : i64"), "red: no such buffer in this kernel"),
+    (("stages = 4", "stages = 5"), "stages = 5, but the ring of this kernel's loop-varying inputs takes 1 to 4"),
+    (("{full = {offsets", "{partial = {offsets"), "but the lowering emits a full kernel"),
+    (("stages = 4 : i64", "stages = \"4\""), "tb.smem needs {<kernel> = {stages = S : i64, offsets"),
+    (("{full = {offsets", "{whole = {offsets"), "with <kernel> full, partial or combine; got whole ="),
+])
+def test_bad_smem_records_are_located_errors(edit, message):
+    """A hand-edited shared-memory record that the kernel could not honour is an error at
+    the kn.graph_def that carries it, not wrong code and not a traceback."""
+    text = _gqa_smem_plan()
+    op3 = re.search(r"op3 = (\d+) : i64", text).group(1)
+    old, new = (x.replace("{op3}", op3) for x in edit)
+    assert old in text
+    bad = text.replace(old, new, 1)
+    line = next(i for i, ln in enumerate(bad.splitlines(), 1) if "kn.graph_def" in ln)
+    r = mirage_opt("--convert-mirage-to-gpu", stdin=bad)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert message in r.stderr and re.search(rf"<stdin>:{line}:\d+: error", r.stderr), r.stderr
 
 
 def test_lowering_takes_recorded_layouts():

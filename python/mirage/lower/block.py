@@ -34,7 +34,7 @@ from ..core.ops import is_accumulator
 from . import scalar
 from .emitter import SMEM, Emitter, Idx
 from .emitters import AccumulatorEmitter, ElementwiseEmitter, MatmulEmitter, ReductionEmitter, RowsEmitter, TileIO
-from .kernel_plan import GlobalArg, KernelPlan, LoweringError, Options, _row_major, running_maxima
+from .kernel_plan import GlobalArg, KernelPlan, LoweringError, _row_major, running_maxima
 
 
 @dataclass
@@ -64,11 +64,10 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
     The op families' emitters are in `lower/emitters/`; here: the op dispatch, the loop
     skeletons (scheduled and in program order) and the barrier placement."""
 
-    def __init__(self, tb: TBGraph, name: str, ins: list[GlobalArg], outs: list[GlobalArg], opts: Options,
-                 mode: str = "full", split: int = 1, ws: GlobalArg | None = None):
-        self.p = KernelPlan(tb, ins, opts, mode, split, bool(outs), name, outs)
-        self.tb, self.name, self.ins, self.outs, self.opts = tb, name, ins, outs, self.p.opts
-        self.mode, self.split, self.ws = mode, split, ws
+    def __init__(self, plan: KernelPlan, outs: list[GlobalArg], ws: GlobalArg | None = None):
+        self.p = plan
+        self.tb, self.name, self.ins, self.outs, self.opts = plan.tb, plan.name, plan.ins, outs, plan.opts
+        self.mode, self.split, self.ws = plan.mode, plan.split, ws
         self.e = Emitter()
         self.views: dict[int, str] = {}
         self.views2d: dict[int, str] = {}

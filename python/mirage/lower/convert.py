@@ -3,9 +3,10 @@ the launch plan (which kernels, in which order, on which tensors).
 
 Every kernel-graph op becomes one kernel (two with a split for-loop and no folded
 combine), except a `reshape` of row-major memory that is not a graph output: that is a
-view (its users read the input's memory with the new shape). Kernels are lowered by
-`block.BlockLowering` from their block graph: a graph-defined kernel's own, or for a
-pre-defined op the default one of `predefined.py`. Device tensors
+view (its users read the input's memory with the new shape). Kernels are planned first
+(`plan_graph`: a `KernelPlan` per kernel, from its block graph: a graph-defined kernel's
+own, or for a pre-defined op the default one of `predefined.py`), then emitted by
+`block.BlockLowering`; `--mirage-smem-plan` runs the first half only. Device tensors
 that are neither inputs nor outputs become runtime-allocated buffers. Each tensor is
 passed as one bare pointer (`memref<N x T>` with the bare-pointer calling convention).
 """
@@ -19,6 +20,26 @@ from ..core.graph import KNGraph, Op, row_major_strides
 from .block import BlockLowering, KernelInfo, unsupported
 from .kernel_plan import GlobalArg, KernelPlan, LoweringError, Options, choose_split
 from .predefined import default_block_graph
+
+
+@dataclass
+class Kernel:
+    """One kernel to emit: its plan, output arguments, launch arguments and the kernel-graph
+    op it lowers (None for a copy of an output)."""
+    plan: KernelPlan
+    outs: list[GlobalArg]
+    args: list[dict]
+    notes: dict
+    op: Op | None
+    ws: GlobalArg | None = None
+
+
+@dataclass
+class GraphPlan:
+    inputs: list[dict]
+    outputs: list[dict]
+    buffers: list[dict]
+    kernels: list[Kernel]
 
 
 @dataclass
@@ -47,6 +68,24 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
     if g.smem_capacity:
         opts.smem_capacity = g.smem_capacity
     base = _sym(name or g.name)
+    gp = plan_graph(g, opts, base)
+    kernels, infos, texts = [], [], []
+    for k in gp.kernels:
+        info = BlockLowering(k.plan, k.outs, k.ws).lower()
+        info.notes.update(k.notes)
+        kernels.append({"name": info.name, "grid": list(info.grid), "block": list(info.block),
+                        "smem_bytes": info.smem_bytes, "args": k.args, "notes": info.notes})
+        infos.append(info)
+        texts.append(info.text)
+    module = ("module attributes {gpu.container_module} {\n  gpu.module @" + base + "_kernels {\n"
+              + "\n".join(texts) + "\n  }\n}\n")
+    return Lowered(g.name, graph_hash(g), gp.inputs, gp.outputs, gp.buffers, kernels, module, infos)
+
+
+def plan_graph(g: KNGraph, opts: Options, base: str | None = None) -> GraphPlan:
+    """Every kernel of `g` with its plan, in launch order (`base`: the kernels' name prefix,
+    default the graph's name)."""
+    base = base or _sym(g.name)
     if not g.outputs:
         raise LoweringError(f"[lowering] graph '{g.name}' has no outputs")
     loc: dict[int, tuple[str, int]] = {}  # id(DTensor) -> (kind, index)
@@ -71,34 +110,28 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
     def gl(t, kind, i, nm):
         return GlobalArg(nm, tuple(t.shape), tuple(strides_of(t)), t.dtype.mlir, t.dtype.itemsize)
 
-    kernels, infos, texts = [], [], []
+    kernels: list[Kernel] = []
 
-    def emit(body, kname, ins, outs, args, notes):
-        """Lower one kernel op (block graph `body`): one kernel, or with a split for-loop
+    def emit(op, body, kname, ins, outs, args, notes):
+        """Plan one kernel op (block graph `body`): one kernel, or with a split for-loop
         a partial kernel that folds the combine (or partial + combine kernels)."""
         unsupported(body, kname)  # a clear error naming the op, before any planning
         split = choose_split(body, opts)
         if split > 1:
-            ws_size = KernelPlan(body, ins, opts, "partial", split, False, kname).ws_size
+            stages = ((("partial", kname + "_split", outs),) if opts.fold_combine else
+                      (("partial", kname + "_partial", []), ("combine", kname + "_combine", outs)))
+            plans = [(KernelPlan(body, ins, opts, mode, split, bool(extra), kn_, extra), extra)
+                     for mode, kn_, extra in stages]
+            ws_size = plans[0][0].ws_size
             wsi = len(buffers)
             buffers.append({"shape": [ws_size], "dtype": "f32"})
             ws = GlobalArg("%ws", (ws_size,), (1,), "f32", 4)
-            stages = ((("partial", kname + "_split", outs),) if opts.fold_combine else
-                      (("partial", kname + "_partial", []), ("combine", kname + "_combine", outs)))
             n_in = len(ins)
-            for mode, kn_, extra in stages:
-                info = BlockLowering(body, kn_, ins, extra, opts, mode, split, ws).lower()
+            for p, extra in plans:
                 kargs = args[:n_in] + [{"kind": "buffer", "index": wsi}] + (args[n_in:] if extra else [])
-                add(info, kargs, notes)
+                kernels.append(Kernel(p, extra, kargs, notes, op, ws))
             return
-        add(BlockLowering(body, kname, ins, outs, opts).lower(), args, notes)
-
-    def add(info, args, notes):
-        info.notes.update(notes)
-        kernels.append({"name": info.name, "grid": list(info.grid), "block": list(info.block),
-                        "smem_bytes": info.smem_bytes, "args": args, "notes": info.notes})
-        infos.append(info)
-        texts.append(info.text)
+        kernels.append(Kernel(KernelPlan(body, ins, opts, "full", 1, bool(outs), kname, outs), outs, args, notes, op))
 
     for n, op in enumerate(g.ops):
         if op.kind == "reshape" and id(op.outputs[0]) not in out_slots \
@@ -118,7 +151,7 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
         outs = [gl(t, *loc[id(t)], f"%out{j}") for j, t in enumerate(op.outputs)]
         args = [{"kind": loc[id(t)][0], "index": loc[id(t)][1]} for t in list(op.inputs) + list(op.outputs)]
         defined = op.kind == "graph_def"  # else a pre-defined op: its default block graph
-        emit(op.body if defined else default_block_graph(op), f"{base}_k{n}", ins, outs, args,
+        emit(op, op.body if defined else default_block_graph(op), f"{base}_k{n}", ins, outs, args,
              {} if defined else {"kind": op.kind})
     # outputs not written by a kernel (an input marked as output, or one tensor marked twice)
     for k, t in enumerate(g.outputs):
@@ -126,8 +159,6 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
             continue
         src = gl(t, *loc[id(t)], "%in0")
         dst = GlobalArg("%out0", tuple(t.shape), row_major_strides(t.shape), t.dtype.mlir, t.dtype.itemsize)
-        emit(default_block_graph(Op("copy", [t], [t])), f"{base}_copy{k}", [src], [dst],
+        emit(None, default_block_graph(Op("copy", [t], [t])), f"{base}_copy{k}", [src], [dst],
              [{"kind": loc[id(t)][0], "index": loc[id(t)][1]}, {"kind": "output", "index": k}], {"kind": "copy"})
-    module = ("module attributes {gpu.container_module} {\n  gpu.module @" + base + "_kernels {\n"
-              + "\n".join(texts) + "\n  }\n}\n")
-    return Lowered(g.name, graph_hash(g), inputs, outputs, buffers, kernels, module, infos)
+    return GraphPlan(inputs, outputs, buffers, kernels)

@@ -8,7 +8,9 @@ Decided here, from the block graph, its device tensors and the `Options`:
   (a `none` accumulator carrying the fragments, or an element-wise op applied to them and
   fed to the next matmul / a `sum` accumulator: `frag_fuse`);
 - each tile's shared-memory layout (padding or swizzle, innermost dim; the optimizer's
-  layout plan), its offset (the optimizer's shared-memory plan) and ring depth;
+  layout plan), its offset (the optimizer's shared-memory plan) and ring depth, or the
+  offsets and ring depth recorded in the IR (`tb.smem`, by `--mirage-smem-plan`),
+  checked (`smem_offsets` gives what to record);
 - which inputs are 16-byte cp.async copies, which stream with an L2 evict_first policy;
 - the order of the ops (the optimizer's schedule) and where warps share a row
   reduction (`row_split`) or an element loop moves 16-byte chunks (`vec_width`);
@@ -22,15 +24,21 @@ from math import prod
 from ..core.graph import GraphError, Op, STensor, TBGraph
 from ..core.ops import is_accumulator
 from ..optimize.layout import inner_dim, lowering_layouts
-from ..optimize.plan import tile_names
+from ..optimize.plan import SmemPlan, tile_names
 from ..optimize.schedule import _Deps, schedule as schedule_ops
-from ..optimize.smem import live_ranges, plan_smem
+from ..optimize.smem import buffers, check_offsets, live_ranges, plan_smem
 from ..target import DEFAULT as DEFAULT_TARGET
 from . import scalar
 from .emitter import SMEM, Emitter, Idx
 
 class LoweringError(GraphError):
-    """A μGraph that this lowering cannot turn into a GPU kernel (the message says why)."""
+    """A μGraph that this lowering cannot turn into a GPU kernel (the message says why).
+    `tb`: the block graph at fault, where the error is about one (the passes report it
+    at its kn.graph_def)."""
+
+    def __init__(self, message: str, tb: TBGraph | None = None):
+        super().__init__(message)
+        self.tb = tb
 
 
 ALIGN = 128
@@ -367,6 +375,17 @@ class KernelPlan:
         self.reg_acc: dict[int, Op] = {}  # id(accum op) -> matmul op whose fragments it keeps
         self.notes: dict = {"mma": 0, "cp_async_inputs": 0, "stages": 1, "warp_reductions": 0}
         self.rows = plan_rows(tb, ins, outs, opts, self.nthreads) if mode == "full" and outs else None
+        # the ring depth and offsets recorded in the IR for this kernel (`tb.smem`, read by the
+        # importer: role -> (stages, {buffer: offset})), taken instead of planned; the record of
+        # another lowering (other options) names other kernels or buffers: an error, never ignored
+        recorded = (getattr(tb, "recorded_smem", None) or {}) if opts.smem_plan else {}
+        self.recorded = recorded.get(mode)
+        if recorded and (self.recorded is None or self.rows):
+            raise LoweringError(
+                f"[smem] kernel {name}: tb.smem records shared memory for the {'/'.join(recorded)} "
+                f"kernel(s) of this block graph, but the lowering emits "
+                f"{'one keeping its rows in registers (no shared-memory tiles)' if self.rows else f'a {mode} kernel'}"
+                f"; record it with --mirage-smem-plan under the options given to convert-mirage-to-gpu", tb)
         if self.rows:  # no tiles: the rows live in registers
             self.block, self.nthreads, self.smem = (self.rows.threads, 1, 1), self.rows.threads, self.rows.smem
             self.notes["row_registers"] = f"{self.rows.passes}x{self.rows.per_row} chunks/thread, {self.rows.tpr} threads/row"
@@ -530,7 +549,13 @@ class KernelPlan:
         self.red = Tile((max(red),), "f32", 4) if red else None
         R = self.R // (self.split if self.mode == "partial" else 1)
         S = 1
-        if varying and R > 1 and self.opts.stages > 1:
+        if self.recorded is not None:
+            S = self.recorded[0]
+            deepest = min(self.opts.stages, R) if varying and R > 1 else 1
+            if not 1 <= S <= max(deepest, 1):
+                raise LoweringError(f"[smem] kernel {self.name}: tb.smem ({self.mode} kernel): stages = {S}, but the "
+                                    f"ring of this kernel's loop-varying inputs takes 1 to {max(deepest, 1)}", tb)
+        elif varying and R > 1 and self.opts.stages > 1:
             # the deepest ring (up to opts.stages) that costs no extra wave of blocks: a
             # deeper ring hides more latency, but fewer co-resident blocks hide less
             blocks = prod(tb.grid_dim) * (self.split if self.mode == "partial" else 1)
@@ -553,7 +578,7 @@ class KernelPlan:
             raise LoweringError(f"[smem] kernel {self.name}: the block graph's tiles need {off} bytes of "
                                 f"shared memory with this lowering (padding, f32 accumulators, {S} stages"
                                 f"{', reuse of dead tiles' if self.opts.smem_plan else ''}), more than the "
-                                f"capacity {self.opts.smem_capacity}")
+                                f"capacity {self.opts.smem_capacity}", tb)
 
     def exec_order(self) -> list[int]:
         """Indices of tb.ops in the order this kernel runs them: the schedule's depth
@@ -574,11 +599,9 @@ class KernelPlan:
         for k in varying:
             self.tiles[id(tb.inputs[k].stensor)].stages = S
         bufs = [(self.names[t], tile) for t, tile in self.tiles.items()]
-        scratch = [(f"scratch{tb.ops.index(next(o for o in tb.ops if id(o) == oid))}", tile)
-                   for oid, tile in self.scratch.items()]
         if not self.opts.smem_plan:
             off = 0
-            for _, t in bufs + scratch + self._specials():
+            for _, t in self.buffers():
                 if final:
                     t.offset = off
                 off += t.bytes
@@ -602,14 +625,34 @@ class KernelPlan:
             extra[f"scratch{j}"] = (tile.bytes, lo, hi)
         for n, t in self._specials():
             extra[n] = (t.bytes, 0, last_step)
-        plan = plan_smem(tb, order, enabled=True, capacity=1 << 30, double_buffer=True,
-                         registers=[n for n in self.names.values() if n not in sizes],
-                         timeout_ms=300 if final else 0, sizes=sizes, extra=extra)
+        registers = [n for n in self.names.values() if n not in sizes]
+        if final and self.recorded is not None:
+            plan = buffers(tb, order, True, registers, sizes, extra)
+            why = check_offsets(plan, self.recorded[1], self.opts.smem_capacity)
+            if why:
+                raise LoweringError(f"[smem] kernel {self.name}: tb.smem ({self.mode} kernel): {why}", tb)
+            plan = SmemPlan(plan, max((b.offset + b.size for b in plan.values()), default=0),
+                            sum(b.size for b in plan.values()), self.opts.smem_capacity, False)
+        else:
+            plan = plan_smem(tb, order, enabled=True, capacity=1 << 30, double_buffer=True, registers=registers,
+                             timeout_ms=300 if final else 0, sizes=sizes, extra=extra)
         if final:
-            for n, t in bufs + scratch + self._specials():
+            for n, t in self.buffers():
                 t.offset = plan.buffers[n].offset
             self.notes["smem_no_reuse"] = plan.no_reuse_bytes
         return plan.total_bytes
+
+    def buffers(self) -> list:
+        """Every shared-memory buffer of the kernel, (name, Tile): the tiles (names of
+        `optimize.plan.tile_names`), the f32 state of op j (`scratch{j}`), `flag`, `red`."""
+        pos = {id(o): j for j, o in enumerate(self.tb.ops)}
+        return ([(self.names[t], tile) for t, tile in self.tiles.items()]
+                + [(f"scratch{pos[oid]}", tile) for oid, tile in self.scratch.items()] + self._specials())
+
+    def smem_record(self) -> tuple[int, dict[str, int]] | None:
+        """What `--mirage-smem-plan` records for this kernel (`tb.smem`) and the lowering
+        takes back: (ring depth, buffer name -> offset); None without shared-memory tiles."""
+        return None if self.rows else (self.S, {n: t.offset for n, t in self.buffers()})
 
     def _specials(self) -> list:
         """Shared-memory buffers that belong to no tile: (name, Tile)."""

@@ -52,6 +52,12 @@ def graph_defs(module, pass_name: str) -> list[GraphDef]:
     return out
 
 
+def graph_def_of(g, tb, origins: dict, default):
+    """The kn.graph_def Operation (from `origins`, see `import_graphs`) of the kernel op of
+    `g` whose block graph is `tb`; `default` when there is none (tb None, a pre-defined op's)."""
+    return next((origins[id(op)] for op in g.ops if op.kind == "graph_def" and op.body is tb), default)
+
+
 def set_attr(op, name: str, text: str) -> None:
     """Set attribute `name` of `op` to the attribute parsed from `text`."""
     import mlir.ir as ir

@@ -197,6 +197,7 @@ def _import_graph_def(op, env: _Env, g: KNGraph, origins: dict):
             else:
                 raise MLIRImportError(f"'{name}' is not a block-graph op", o)
     _read_plan(tb, origins)
+    _read_smem(tb, op)
     outs = g.customized(reads, tb)
     origins[id(outs[0].producer)] = op
     for r, t in zip(op.results, outs):
@@ -252,6 +253,36 @@ def _read_plan(tb: TBGraph, origins: dict) -> None:
             if why:
                 raise MLIRImportError(why)
         tb.recorded_order = order
+
+
+KERNEL_ROLES = ("full", "partial", "combine")  # the kernels the lowering emits for one block graph
+_SMEM_FORM = ("tb.smem needs {<kernel> = {stages = S : i64, offsets = {<buffer> = <bytes> : i64, ...}}, ...} "
+              "with <kernel> full, partial or combine")
+
+
+def _read_smem(tb: TBGraph, gdef) -> None:
+    """`tb.smem` on the kn.graph_def, written by `--mirage-smem-plan`: for each kernel the
+    lowering emits for the block graph (`full`; a split for-loop: `partial`, and `combine`
+    unless the partial kernel folds it), its cp.async ring depth and every shared-memory
+    buffer's offset, into `tb.recorded_smem` (kernel -> (stages, {buffer: offset})). Read
+    for its form here; the lowering checks it against its own buffers (`KernelPlan`)."""
+    import mlir.ir as ir
+
+    if "tb.smem" not in gdef.attributes:
+        return
+    a = gdef.attributes["tb.smem"]
+    if not isinstance(a, ir.DictAttr):
+        raise MLIRImportError(_SMEM_FORM)
+    rec = {}
+    for kernel in a:
+        k = kernel.attr
+        if (kernel.name not in KERNEL_ROLES or not isinstance(k, ir.DictAttr) or len(k) != 2
+                or "stages" not in k or "offsets" not in k or not isinstance(k["stages"], ir.IntegerAttr)
+                or not isinstance(k["offsets"], ir.DictAttr)
+                or not all(isinstance(b.attr, ir.IntegerAttr) for b in k["offsets"])):
+            raise MLIRImportError(f"{_SMEM_FORM}; got {kernel.name} = {k}")
+        rec[kernel.name] = (_int(k["stages"]), {b.name: _int(b.attr) for b in k["offsets"]})
+    tb.recorded_smem = rec  # (the model's TBGraph declares recorded_layouts / recorded_order)
 
 
 def _import_function(func, smem_capacity: int | None, origins: dict) -> KNGraph:

@@ -141,6 +141,51 @@ def _exact(bufs: list[SmemBuffer], upper: int, lower: int, timeout_ms: int):
     return offs, proven
 
 
+def buffers(tb: TBGraph, order: list[int], double_buffer: bool = True, registers: Iterable[str] = (),
+            sizes: Mapping[str, int] | None = None,
+            extra: Mapping[str, tuple[int, int, int]] | None = None) -> dict[str, SmemBuffer]:
+    """The buffers to place (offsets 0): the tiles' live ranges on `order`, with the
+    `sizes` and `extra` buffers of `plan_smem`."""
+    bufs = live_ranges(tb, list(order), double_buffer, registers)
+    for n, size in (sizes or {}).items():
+        if n in bufs:
+            bufs[n].size = _align(size)
+    for n, (size, start, end) in (extra or {}).items():
+        bufs[n] = SmemBuffer(n, 0, _align(size), start, end)
+    return bufs
+
+
+def check_offsets(bufs: Mapping[str, SmemBuffer], offsets: Mapping[str, int], capacity: int) -> str | None:
+    """Why `offsets` (buffer name -> bytes, e.g. recorded in the IR) cannot place `bufs`,
+    or None, the offsets then set on `bufs`: every buffer needs one and no other name
+    may have one; each is a multiple of 128 (the lowering's 16-byte vectors and swizzles
+    rely on it) and ends within `capacity`; two buffers live at a common step do not share
+    a byte (buffers never live together may: the lowering puts a barrier between them)."""
+    missing = [n for n in bufs if n not in offsets]
+    if missing:
+        return f"no offset for buffer{'s' * (len(missing) > 1)} {', '.join(missing)}"
+    unknown = [n for n in offsets if n not in bufs]
+    if unknown:
+        return f"{', '.join(unknown)}: no such buffer in this kernel (it has {', '.join(bufs) or 'none'})"
+    for n, b in bufs.items():
+        off = offsets[n]
+        if off < 0 or off % ALIGN:
+            return f"offset {off} of {n} is not a non-negative multiple of {ALIGN}"
+        if off + b.size > capacity:
+            return (f"{n} ({b.size} bytes) at offset {off} ends at {off + b.size}, past the capacity "
+                    f"{capacity}")
+    blist = list(bufs.values())
+    for i, a in enumerate(blist):
+        for b in blist[i + 1:]:
+            oa, ob = offsets[a.name], offsets[b.name]
+            if _overlap(a, b) and oa < ob + b.size and ob < oa + a.size:
+                return (f"{a.name} [{oa}, {oa + a.size}) and {b.name} [{ob}, {ob + b.size}) overlap, and both "
+                        f"are live at step {max(a.start, b.start)}")
+    for n, b in bufs.items():
+        b.offset = offsets[n]
+    return None
+
+
 def plan_smem(tb: TBGraph, schedule: SchedulePlan | list[int] | None = None, enabled: bool = True,
               capacity: int | None = None, double_buffer: bool = True,
               registers: Iterable[str] = (), timeout_ms: int = 2000,
@@ -155,12 +200,7 @@ def plan_smem(tb: TBGraph, schedule: SchedulePlan | list[int] | None = None, ena
     (e.g. f32 accumulator scratch). `timeout_ms=0` skips the exact search."""
     cap = capacity or DEFAULT_SMEM
     order = schedule.order if isinstance(schedule, SchedulePlan) else (schedule or program_order(tb))
-    bufs = live_ranges(tb, list(order), double_buffer, registers)
-    for n, size in (sizes or {}).items():
-        if n in bufs:
-            bufs[n].size = _align(size)
-    for n, (size, start, end) in (extra or {}).items():
-        bufs[n] = SmemBuffer(n, 0, _align(size), start, end)
+    bufs = buffers(tb, order, double_buffer, registers, sizes, extra)
     blist = list(bufs.values())
     no_reuse = sum(b.size for b in blist)
     optimal = False

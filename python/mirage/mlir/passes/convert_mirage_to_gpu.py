@@ -15,9 +15,36 @@ from __future__ import annotations
 import json
 
 from .. import diagnostics as D
-from ..bridge import functions, import_graphs
+from ..bridge import functions, graph_def_of, import_graphs
 from ..registry import Option, Pass, PassFailure, parse_bool, register
 from ...lower.kernel_plan import LoweringError, Options
+
+# the lowering's options, also those of --mirage-smem-plan, which plans as the lowering will
+OPTIONS = (
+    Option("tensor-cores", parse_bool, True, "block matmuls on f16/bf16 tiles use mma.sync"),
+    Option("async-copy", parse_bool, True, "input iterators use 16-byte cp.async copies"),
+    Option("stages", int, 4, "ring depth of loop-varying inputs (1 = no prefetch)"),
+    Option("split", int, 0, "blocks sharing one for-loop (0 = choose, 1 = never split)"),
+    Option("fold-combine", parse_bool, True,
+           "split for-loops: the last block of each group combines (one kernel), not a second kernel"),
+    Option("evict-first", parse_bool, True, "inputs read once are copied with an L2 evict_first policy"),
+    Option("layout", parse_bool, True, "tiles take the optimizer's layouts (swizzled ldmatrix operands)"),
+    Option("schedule", parse_bool, True, "ops in the optimizer's depth order, barriers only where needed"),
+    Option("smem-plan", parse_bool, True, "shared-memory offsets reuse dead tiles (optimizer's live ranges)"),
+    Option("vectorize", parse_bool, True, "element loops and row reductions move 16-byte chunks"),
+    Option("threads", int, 0, "threads of every block (0 = the μGraph's block_dim)"),
+    Option("row-registers", parse_bool, True, "row-wise block graphs without a for-loop keep their rows "
+           "in registers (no shared-memory tiles)"),
+)
+
+
+def options(values: dict) -> Options:
+    """`Options` from the values of the pass options `OPTIONS`."""
+    return Options(tensor_cores=values["tensor-cores"], async_copy=values["async-copy"], stages=values["stages"],
+                   split=values["split"], fold_combine=values["fold-combine"], evict_first=values["evict-first"],
+                   layout=values["layout"], schedule=values["schedule"], smem_plan=values["smem-plan"],
+                   vectorize=values["vectorize"], threads=values["threads"],
+                   row_registers=values["row-registers"])
 
 
 def _lower_module(module, opts: Options) -> None:
@@ -25,7 +52,8 @@ def _lower_module(module, opts: Options) -> None:
 
     from ...lower.convert import convert
 
-    graphs = import_graphs(module, "convert-mirage-to-gpu")
+    origins: dict = {}
+    graphs = import_graphs(module, "convert-mirage-to-gpu", origins)
     if not graphs:
         return
     gpu_modules = []
@@ -33,7 +61,7 @@ def _lower_module(module, opts: Options) -> None:
         try:
             low = convert(g, Options(**vars(opts)))
         except (LoweringError, NotImplementedError) as e:
-            D.error(f, f"[lowering] function @{g.name}: {e}")
+            D.error(graph_def_of(g, getattr(e, "tb", None), origins, f), f"[lowering] function @{g.name}: {e}")
             raise PassFailure() from None
         plan = {"function": g.name, "graph_hash": low.graph_hash, "inputs": low.inputs,
                 "outputs": low.outputs, "buffers": low.buffers,
@@ -60,27 +88,7 @@ class ConvertMirageToGPU(Pass):
     summary = ("Lower μGraphs (kn/tb/th) to gpu/nvgpu/arith/memref/scf/vector/math kernels: tiles in "
                "shared memory, cp.async input rings, mma.sync tensor-core matmuls, warp-shuffle "
                "reductions, split for-loops")
-    options = (
-        Option("tensor-cores", parse_bool, True, "block matmuls on f16/bf16 tiles use mma.sync"),
-        Option("async-copy", parse_bool, True, "input iterators use 16-byte cp.async copies"),
-        Option("stages", int, 4, "ring depth of loop-varying inputs (1 = no prefetch)"),
-        Option("split", int, 0, "blocks sharing one for-loop (0 = choose, 1 = never split)"),
-        Option("fold-combine", parse_bool, True,
-               "split for-loops: the last block of each group combines (one kernel), not a second kernel"),
-        Option("evict-first", parse_bool, True, "inputs read once are copied with an L2 evict_first policy"),
-        Option("layout", parse_bool, True, "tiles take the optimizer's layouts (swizzled ldmatrix operands)"),
-        Option("schedule", parse_bool, True, "ops in the optimizer's depth order, barriers only where needed"),
-        Option("smem-plan", parse_bool, True, "shared-memory offsets reuse dead tiles (optimizer's live ranges)"),
-        Option("vectorize", parse_bool, True, "element loops and row reductions move 16-byte chunks"),
-        Option("threads", int, 0, "threads of every block (0 = the μGraph's block_dim)"),
-        Option("row-registers", parse_bool, True, "row-wise block graphs without a for-loop keep their rows "
-               "in registers (no shared-memory tiles)"),
-    )
+    options = OPTIONS
 
-    def run(self, module, **options) -> None:
-        _lower_module(module, Options(tensor_cores=options["tensor-cores"], async_copy=options["async-copy"],
-                                      stages=options["stages"], split=options["split"],
-                                      fold_combine=options["fold-combine"], evict_first=options["evict-first"],
-                                      layout=options["layout"], schedule=options["schedule"],
-                                      smem_plan=options["smem-plan"], vectorize=options["vectorize"],
-                                      threads=options["threads"], row_registers=options["row-registers"]))
+    def run(self, module, **values) -> None:
+        _lower_module(module, options(values))

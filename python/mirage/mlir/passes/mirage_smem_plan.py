@@ -1,43 +1,70 @@
-"""`--mirage-smem-plan`: assign shared-memory offsets that reuse the space of dead tiles
-(paper §6) and check the capacity: `tb.smem_offset = N : i64` (and `tb.smem_copies = 2`
-for double-buffered iterator tiles) on every tile-defining op, `tb.smem_bytes = N : i64`
-on the `kn.graph_def`; an error at the graph_def when the plan exceeds the capacity.
+"""`--mirage-smem-plan`: plan the shared memory of every kernel as `convert-mirage-to-gpu`
+will lower it (the planning half of the lowering, `lower.convert.plan_graph`, nothing
+emitted: the tiles as the lowering stores them, padded `ldmatrix` rows, input rings, f32
+accumulator state; offsets that reuse the space of dead tiles, paper §6) and record the
+plan on each `kn.graph_def`:
+
+    tb.smem = {full = {offsets = {in0 = 0 : i64, op2 = 8192 : i64, ...}, stages = 3 : i64}}
+
+one entry per kernel the lowering emits for the block graph (`full`; a split for-loop:
+`partial`, and `combine` with fold-combine=false), with the cp.async ring depth and every
+buffer's offset in bytes (tile names of `optimize.plan.tile_names`, `scratch<j>` for op
+j's f32 state, `flag`, `red`). `convert-mirage-to-gpu` takes the record (checked: every
+buffer placed, 128-byte aligned, within the capacity, no two live at once overlapping);
+a kernel keeping its rows in registers has no shared-memory tiles and no record. Takes
+the lowering's options (give both passes the same ones) and `capacity`; a plan over the
+capacity is an error at the graph_def. Plans afresh, replacing a `tb.smem` already there.
 """
 from __future__ import annotations
 
 from .. import diagnostics as D
-from ..bridge import graph_defs, set_attr
-from ..registry import Option, Pass, PassFailure, parse_bool, register
-from ...optimize.plan import SmemCapacityError
-from ...optimize.smem import plan_smem
+from ..bridge import functions, graph_def_of, import_graphs, set_attr
+from ..registry import Option, Pass, PassFailure, register
+from ...lower.kernel_plan import LoweringError
+from .convert_mirage_to_gpu import OPTIONS, options
+
+
+def _text(record: dict) -> str:
+    return "{" + ", ".join(
+        f"{kernel} = {{offsets = {{{', '.join(f'{b} = {o} : i64' for b, o in offsets.items())}}}, stages = {S} : i64}}"
+        for kernel, (S, offsets) in record.items()) + "}"
 
 
 @register
 class SmemPlanPass(Pass):
     argument = "mirage-smem-plan"
-    summary = "Assign shared-memory offsets with reuse of dead tiles; check the capacity"
-    options = (
-        Option("capacity", int, 0, "bytes of shared memory per block (0: the module's "
-               "kn.smem_capacity, else 227 KiB)"),
-        Option("double-buffer", parse_bool, True, "two copies of loop-varying iterator tiles"),
-    )
+    summary = ("Plan each kernel's shared memory as convert-mirage-to-gpu will (offsets reusing dead tiles, "
+               "ring depth) and record it (tb.smem); check the capacity")
+    options = (Option("capacity", int, 0, "bytes of shared memory per block (0: the module's "
+                      "kn.smem_capacity, else the target's)"),) + OPTIONS
 
-    def run(self, module, capacity: int = 0, **opts) -> None:
+    def run(self, module, capacity: int = 0, **values) -> None:
+        from ...lower.convert import plan_graph
+
+        origins: dict = {}
         failed = False
-        for gdef, g, kernel, tiles in graph_defs(module, self.argument):
-            tb = kernel.body
+        for f, g in zip(functions(module), import_graphs(module, self.argument, origins)):
+            opts = options(values)
+            opts.smem_capacity = capacity or g.smem_capacity or opts.smem_capacity
+            defs = [op for op in g.ops if op.kind == "graph_def"]
+            for op in defs:
+                op.body.recorded_smem = {}  # plan afresh
             try:
-                plan = plan_smem(tb, None, capacity=capacity or g.smem_capacity,
-                                 double_buffer=opts.get("double-buffer", True))
-            except SmemCapacityError as e:
-                D.error(gdef, str(e))
+                kernels = plan_graph(g, opts).kernels
+            except (LoweringError, NotImplementedError) as e:
+                D.error(graph_def_of(g, getattr(e, "tb", None), origins, f), f"function @{g.name}: {e}")
                 failed = True
                 continue
-            for name, b in plan.buffers.items():
-                if name in tiles and "." not in name:
-                    set_attr(tiles[name], "tb.smem_offset", f"{b.offset} : i64")
-                    if b.copies > 1:
-                        set_attr(tiles[name], "tb.smem_copies", f"{b.copies} : i64")
-            set_attr(gdef, "tb.smem_bytes", f"{plan.total_bytes} : i64")
+            records: dict = {id(op): {} for op in defs}
+            for k in kernels:
+                rec = k.plan.smem_record() if k.op is not None and id(k.op) in records else None
+                if rec is not None:
+                    records[id(k.op)][k.plan.mode] = rec
+            for op in defs:
+                gdef = origins[id(op)]
+                if records[id(op)]:
+                    set_attr(gdef, "tb.smem", _text(records[id(op)]))
+                elif "tb.smem" in gdef.attributes:
+                    del gdef.attributes["tb.smem"]
         if failed:
-            raise PassFailure("mirage-smem-plan: shared memory exceeds the capacity")
+            raise PassFailure("mirage-smem-plan: a kernel cannot be planned")
