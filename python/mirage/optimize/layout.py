@@ -202,9 +202,10 @@ def select_layouts(tb: TBGraph, enabled: bool = True, global_inner: Mapping[int,
         return _plan(tb, default_layouts(tb), costs, False, False)
     import z3  # only the optimizer needs z3, never the runtime
 
-    opt = z3.Optimize()
+    ctx = z3.Context()  # its own: a shared context's earlier terms would steer the search
+    opt = z3.Optimize(ctx=ctx)
     solver_budget(opt, timeout_ms)
-    B = {n: {c: z3.Bool(f"B[{n},{c[0]},{c[1]}]") for c in cs} for n, cs in costs.unary.items()}
+    B = {n: {c: z3.Bool(f"B[{n},{c[0]},{c[1]}]", ctx) for c in cs} for n, cs in costs.unary.items()}
     terms = []
     for n, vs in B.items():
         opt.add(z3.PbEq([(v, 1) for v in vs.values()], 1))
@@ -214,15 +215,15 @@ def select_layouts(tb: TBGraph, enabled: bool = True, global_inner: Mapping[int,
 
     def inner(n, d):
         vs = [v for (dd, _), v in B[n].items() if dd == d]
-        return z3.Or(vs) if vs else z3.BoolVal(False)
+        return z3.Or(vs) if vs else z3.BoolVal(False, ctx)
 
     for k, (a, b, p) in enumerate(costs.pairs):
         # M[a,b] >= In(a,d) - In(b,d) for every d: a linear relaxation of "layouts differ"
-        m = z3.Bool(f"M[{k}]")
+        m = z3.Bool(f"M[{k}]", ctx)
         for d in {dd for dd, _ in B[a]}:
             opt.add(z3.Implies(z3.And(inner(a, d), z3.Not(inner(b, d))), m))
         terms.append(z3.If(m, p, 0))
-    opt.minimize(z3.Sum(terms) if terms else z3.IntVal(0))
+    opt.minimize(z3.Sum(terms) if terms else z3.IntVal(0, ctx))
     res = opt.check()
     if res != z3.sat:
         return _plan(tb, default_layouts(tb), costs, False, True)

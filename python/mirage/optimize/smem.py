@@ -118,10 +118,11 @@ def _peak(bufs: list[SmemBuffer]) -> tuple[int, int]:
 def _exact(bufs: list[SmemBuffer], upper: int, lower: int, timeout_ms: int):
     import z3
 
-    opt = z3.Optimize()
+    ctx = z3.Context()  # its own: a shared context's earlier terms would steer the search
+    opt = z3.Optimize(ctx=ctx)
     solver_budget(opt, timeout_ms)
-    k = {b.name: z3.Int(f"k[{b.name}]") for b in bufs}  # offset = 128 * k
-    total = z3.Int("total")
+    k = {b.name: z3.Int(f"k[{b.name}]", ctx) for b in bufs}  # offset = 128 * k
+    total = z3.Int("total", ctx)
     for b in bufs:
         opt.add(k[b.name] >= 0, ALIGN * k[b.name] + b.size <= total)
     for i, a in enumerate(bufs):
