@@ -137,3 +137,24 @@ def test_off_prints_nothing_and_starts_no_thread():
         p.advance(status="x")
         time.sleep(0.05)
     assert buf.getvalue() == ""
+
+
+def test_ctrl_c_as_the_ticker_starts_leaves_the_phase_closable(monkeypatch):
+    # Ctrl-C inside Thread.start (it waits for the new thread) left a thread that join()
+    # refused ("cannot join thread before it is started"): the search's clean-up raised
+    # that instead of returning what it had found (seen in mirage-opt's Ctrl-C test)
+    import threading
+
+    import pytest
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    out = io.StringIO()
+    p = Progress(True, stream=out)
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        p.phase("enumeration", 3, "items")
+    monkeypatch.undo()
+    p.end()
+    assert out.getvalue().splitlines()[-1].startswith("[search] enumeration done in ")

@@ -131,12 +131,17 @@ class Progress:
 
     def _start_ticker(self) -> None:
         self._stop = threading.Event()
-        self._ticker = threading.Thread(target=self._tick, args=(self._stop,), name="mirage-progress", daemon=True)
-        self._ticker.start()
+        t = threading.Thread(target=self._tick, args=(self._stop,), name="mirage-progress", daemon=True)
+        # kept once started: Ctrl-C inside start() (it waits for the thread) would leave a
+        # thread that join() refuses ("cannot join thread before it is started"), raised
+        # from the search's clean-up instead of returning what it found; the stop event ends it
+        t.start()
+        self._ticker = t
 
     def _stop_ticker(self) -> None:
-        if self._ticker is not None:
+        if self._stop is not None:
             self._stop.set()
+        if self._ticker is not None:
             self._ticker.join()
             self._ticker = None
 
