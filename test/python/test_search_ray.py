@@ -184,6 +184,34 @@ def test_mirage_opt_on_the_cluster_address_and_ctrl_c(cluster):
     assert "func.func @gqa" in out
 
 
+
+def test_ray_pool_calls(cluster):
+    # the executor's calls on Ray as on the local pool (test_search_checks.test_local_pool_calls)
+    import math
+
+    from mirage.search import driver as D
+    from mirage.search import executor as X
+
+    pool = X.make("ray", 2, D._ignore_sigint, (), None)
+    try:
+        hs = {pool.submit(math.factorial, k): k for k in range(5)}
+        got = {}
+        while pool.running:
+            h, out = pool.next_done()
+            got[hs[h]] = out
+        assert got == {k: math.factorial(k) for k in range(5)}
+        pool.submit(time.sleep, 30)
+        with pytest.raises(TimeoutError):
+            pool.next_done(timeout=0.5)
+        pool.submit(math.factorial, -1)  # raises on every retry
+        with pytest.raises(Exception, match="factorial\\(\\) not defined for negative values"):
+            pool.next_done()
+        assert len(pool.running) == 1  # the sleeping call
+    finally:
+        t0 = time.monotonic()
+        pool.close()  # abandons the call still running
+        assert time.monotonic() - t0 < 10
+
 NO_RAY = f"""
 import sys
 sys.modules["ray"] = None  # as if Ray were not installed

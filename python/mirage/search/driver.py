@@ -2,11 +2,14 @@
 
 Work is split into items: the first kernel op of a candidate (a pre-defined op, or a
 graph-defined kernel over one input set with one schedule); each item runs the whole
-DFS below it in one worker process, verifies and costs its complete candidates, and
+DFS below it in one worker process, builds and costs its complete candidates, and
 returns them with its statistics. Results are merged, deduplicated by canonical key
 and sorted by (cost, key), so the outcome does not depend on which worker ran what;
-with a time limit, what finishes in time does. Ctrl-C (or the time limit) stops the
-workers, which return what they found so far.
+with a time limit, what finishes in time does. The best candidates are then checked
+(float64, then the formal verifier) on the same workers, in rank order until `top_k`
+pass; those checks start while items still run, on the ranking so far (`_Checks`), and
+the final ranking takes their outcomes. Ctrl-C (or the time limit) stops the workers,
+which return what they found so far.
 """
 from __future__ import annotations
 
@@ -365,7 +368,7 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
             found.setdefault(k, v)
         progress.advance(status=enumeration_status(stats, found))
 
-    pool = None
+    checks = _Checks(ref, cfg, device)
     if workers == 1 and cfg.executor == "local":
         _init_worker(enumeration_deadline, None, ref, cfg, pro, bound, device, quiet=False)
         try:
@@ -379,77 +382,145 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
             deadline = min(deadline, time.monotonic() + INTERRUPT_GRACE)
         finally:
             progress.end()
-        return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, deadline=deadline, progress=progress)
-    else:
-        pool = X.make(cfg.executor, workers, _init_worker, (ref, cfg, pro, bound, device), enumeration_deadline)
+        return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, checks, deadline, progress)
+    pool = checks.pool = X.make(cfg.executor, workers, _init_worker, (ref, cfg, pro, bound, device),
+                                enumeration_deadline)
+    running = set()  # the work items in flight
+    nxt = 0
+    ranked = (-1, [])  # (len(found), its ranking)
+
+    def deal():
+        # at most `workers` calls in flight; the checks that the ranking so far wants go
+        # first, beside the items, so that the search does not end waiting for them (the
+        # seeds alone rank GQA's and QKNorm's final best 3 first); a check whose candidate
+        # a later item displaces is wasted, never wrong: what is checked, and in which
+        # order, still follows from the final ranking alone (`_verify_ranked`)
+        nonlocal nxt, ranked
+        if cfg.verify:
+            if ranked[0] != len(found):  # found only grows
+                ranked = (len(found), checks.rank(found)[0])
+            # (on half the workers at most: the items keep the others)
+            checks.start(ranked[1], min(workers - len(pool.running), workers // 2 - len(checks.running)))
+        while stats.stopped != "interrupted" and nxt < len(items) and len(pool.running) < workers:
+            running.add(pool.submit(_run_item, items[nxt]))
+            nxt += 1
+
+    def collect():
+        h, out = pool.next_done()
+        if h in running:
+            running.discard(h)
+            absorb(out)
+        else:
+            checks.record(h, out)
+
+    try:
         try:
-            it = pool.map_unordered(_run_item, items)
-            try:
-                progress.phase(*enumeration)  # in the try: Ctrl-C right after its line is handled
-                for res in it:
-                    absorb(res)
-            except KeyboardInterrupt:
-                pool.stop()
-                stats.stopped = "interrupted"
-                for res in it:
-                    absorb(res)
-            progress.end()
-            if stats.stopped == "interrupted":
-                pool.terminate()
-                return _rank(ref, cfg, stats, found, device, time.monotonic() - t0,
-                             deadline=min(deadline, time.monotonic() + INTERRUPT_GRACE), progress=progress)
-            return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, pool, deadline, progress)
-        finally:
-            progress.end()
-            pool.close()
+            progress.phase(*enumeration)  # in the try: Ctrl-C right after its line is handled
+            deal()
+            while running or nxt < len(items):  # items wait while the checks take every worker
+                collect()
+                deal()
+        except KeyboardInterrupt:
+            pool.stop()
+            stats.stopped = "interrupted"
+            deadline = min(deadline, time.monotonic() + INTERRUPT_GRACE)
+            while running:  # the items in flight return what they found so far
+                collect()
+        progress.end()
+        return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, checks, deadline, progress)
+    finally:
+        progress.end()
+        pool.close()  # checks still running (no longer wanted) are abandoned
 
 
-def _rank(ref, cfg, stats, found: dict, device, seconds, pool=None, deadline=None, progress=None) -> SearchResult:
+class _Checks:
+    """The checks of the best candidates (`_check_item`, on `pool`; in this process without
+    one) and their outcomes by plan key. Which candidates are checked follows from the
+    ranking alone (`wanted`), so the driver can start them while work items still run
+    (`_search`) and reuse what they found once the ranking is final: the same candidates
+    are checked, in the same order, as when every check waits for the end."""
+
+    def __init__(self, ref, cfg, device, pool=None):
+        self.ref, self.cfg, self.device, self.pool = ref, cfg, device, pool
+        self.base = reference_candidate(ref, device)
+        self.outcomes: dict = {}  # plan key -> (stage, ok, note)
+        self.running: dict = {}  # pool handle -> plan key
+        self._built: dict = {}  # plan key -> (Candidate, canonical graph key): built once
+
+    def rank(self, found: dict) -> tuple[list, list]:
+        """(ranked, slow): `found`'s distinct graphs (by canonical key) by cost, each main-kernel
+        schedule's best first (`diverse`); `slow`: those costing over BOUND_WINDOW x the
+        reference, which are not checked (at full size their float64 run alone can take a minute)."""
+        ranked, seen = [], set()
+        for key, (plan, _) in sorted(found.items(), key=lambda kv: (kv[1][1], kv[0])):
+            if key not in self._built:
+                g = B.build(self.ref, plan)
+                self._built[key] = (Candidate(g, cost(g, self.device), key, plan), B.graph_key(g))
+            c, gk = self._built[key]
+            if gk not in seen:
+                seen.add(gk)
+                ranked.append(c)
+        ranked = diverse(sorted(ranked, key=_order))
+        limit = BOUND_WINDOW * self.base.cost.time
+        return [c for c in ranked if c.cost.time <= limit], [c for c in ranked if c.cost.time > limit]
+
+    def wanted(self, ranked: list) -> list:
+        """The candidates of `ranked` whose checks are needed and not started: in rank order,
+        as many as could still be among the first `top_k` that pass, a check not yet known
+        counting as passing."""
+        out, passes, busy = [], 0, set(self.running.values())
+        for c in ranked:
+            if passes >= self.cfg.top_k:
+                break
+            known = self.outcomes.get(c.key)
+            if known is None:
+                passes += 1
+                if c.key not in busy:
+                    out.append(c)
+            else:
+                passes += bool(known[1])
+        return out
+
+    def start(self, ranked: list, room: int) -> None:
+        for c in self.wanted(ranked)[:max(0, room)]:
+            self.running[self.pool.submit(_check_item, (c.plan, self.cfg.seed))] = c.key
+
+    def record(self, handle, out) -> None:
+        self.outcomes[self.running.pop(handle)] = out
+
+
+def _rank(ref, cfg, stats, found: dict, device, seconds, checks=None, deadline=None, progress=None) -> SearchResult:
     """Dedupe by canonical graph key, sort by cost (each main-kernel schedule's best
     first: `diverse`), then run the formal verifier on the candidates in that order until
-    `top_k` have passed (in parallel on `pool`) or `deadline` (time.monotonic) passes:
-    then the checks in flight are abandoned and what passed is kept."""
-    ranked = []
-    seen_graphs = set()
-    order = sorted(found.items(), key=lambda kv: (kv[1][1], kv[0]))
-    for key, (plan, _) in order:
-        g = B.build(ref, plan)
-        gk = B.graph_key(g)
-        if gk in seen_graphs:
-            continue
-        seen_graphs.add(gk)
-        ranked.append(Candidate(g, cost(g, device), key, plan))
-    ranked = diverse(sorted(ranked, key=_order))
-    base = reference_candidate(ref, device)
-    # candidates costing over BOUND_WINDOW x the reference are not checked (at full size
-    # their float64 run alone can take a minute); they stay among `others`, unchecked
-    slow = [c for c in ranked if c.cost.time > BOUND_WINDOW * base.cost.time]
-    ranked = [c for c in ranked if c.cost.time <= BOUND_WINDOW * base.cost.time]
+    `top_k` have passed (in parallel on `checks.pool`) or `deadline` (time.monotonic)
+    passes: then the checks in flight are abandoned and what passed is kept."""
+    checks = checks or _Checks(ref, cfg, device)
+    ranked, slow = checks.rank(found)
     cands = []
     others = []
     notes = [f"{len(slow)} candidate(s) costing over {BOUND_WINDOW:g}x the reference were not checked"] \
         if slow and cfg.verify else []
     own_pool = None
-    if cfg.verify and pool is None and deadline is not None and ranked:
+    if cfg.verify and checks.pool is None and deadline is not None and ranked:
         # a check running in this process could not be abandoned at the deadline (one
         # float64 check of a full-size program takes seconds): run them in a child
         _W["ref"] = ref
-        own_pool = pool = X.make("local", 1, _ignore_sigint, (), None)
+        own_pool = checks.pool = X.make("local", 1, _ignore_sigint, (), None)
     try:
-        pos = _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline, progress) if cfg.verify else 0
+        pos = _verify_ranked(checks, stats, ranked, cands, notes, deadline, progress) if cfg.verify else 0
     finally:
         if own_pool is not None:
             own_pool.terminate()
+            checks.pool = None
         if progress is not None:
             progress.end()
     if cfg.verify:
         others = sorted(ranked[pos:] + slow, key=_order)
-        cands = cands[:cfg.top_k]
     else:
         cands = ranked + slow
         for c in cands:
             c.verification = "unverified (verify=False)"
-    cands.append(base)
+    cands.append(checks.base)
     cands.sort(key=_order)
     return SearchResult(ref, cands, stats, seconds, cfg, notes=notes, others=others)
 
@@ -459,71 +530,56 @@ def _ignore_sigint(deadline, stop_flag):
     set_blas_threads(1)
 
 
-def _verify_ranked(ref, cfg, stats, ranked, cands, notes, pool, deadline, progress=None) -> int:
-    """Check `ranked` in order, appending what passes to `cands`, until `top_k` passed or
-    `deadline`; returns how many were checked."""
-    pos = 0
+def _verify_ranked(checks: _Checks, stats, ranked, cands, notes, deadline, progress=None) -> int:
+    """Take the outcomes of the checks of `ranked` in rank order, appending what passes to
+    `cands`, until `top_k` passed or `deadline`; returns how many were taken. Checks run
+    in parallel on `checks.pool` (those that `checks.wanted` names: as many as are still
+    needed; some may have run beside the work items), one at a time in this process
+    without a pool. At the deadline or Ctrl-C, the checks in flight are abandoned, and an
+    outcome is taken only when all better-ranked ones are known."""
+    cfg, pool = checks.cfg, checks.pool
     progress = progress or Progress(False)
     progress.phase("checks", min(cfg.top_k, len(ranked)), "verified",
                    f"the best of {len(ranked)} distinct candidates until {cfg.top_k} pass "
                    f"(float64, then the formal verifier)")
-    done = [0, 0]  # checked, passed
-
-    def tick(out):
-        done[0] += 1
-        done[1] += bool(out[1])
-        progress.advance(int(bool(out[1]) and done[1] <= cfg.top_k), f"{done[0]} checked, {done[0] - done[1]} rejected")
-
+    pos = 0
     interrupted = False
     while pos < len(ranked) and len(cands) < cfg.top_k:
+        c = ranked[pos]
+        out = checks.outcomes.get(c.key)
+        if out is not None:
+            pos += 1
+            stage, ok, note = out
+            if stage == "float":
+                stats.rejected += 1
+            else:
+                stats.verified += 1
+                stats.formal += stage == "formal"
+                if ok:
+                    c.verification = note
+                    cands.append(c)
+                else:
+                    stats.rejected += 1
+                    stats.formal_rejected += 1
+            progress.advance(int(bool(ok)), f"{pos} checked, {pos - len(cands)} rejected")
+            continue
         if deadline is not None and time.monotonic() >= deadline:
             stats.stopped = stats.stopped or "time limit"
             why = "Ctrl-C" if stats.stopped == "interrupted" else "the time limit"
             notes.append(f"{why} stopped the checks: {len(cands)} candidate(s) verified of the {cfg.top_k} asked for")
             break
-        # as many as still needed, in parallel: more would make the round wait for the slowest
-        # of them (16 workers checked 16 candidates for 3: 3.8 s against 2.5 s on one), and
-        # which candidates are checked would depend on the number of workers
-        chunk = ranked[pos:pos + cfg.top_k - len(cands)]
-        args = [(c.plan, cfg.seed) for c in chunk]
-        outs = []
         try:
-            if pool is not None and (len(chunk) > 1 or deadline is not None):
-                it = pool.imap(_check_item, args)
-                try:
-                    for _ in chunk:
-                        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                        outs.append(it.next(timeout=left))
-                        tick(outs[-1])
-                except TimeoutError:
-                    pool.terminate()  # abandon the checks in flight
-                    pool = None
-            else:
-                _W["ref"] = ref
-                for a in args:
-                    outs.append(_check_item(a))
-                    tick(outs[-1])
+            if pool is None:
+                _W["ref"] = checks.ref
+                checks.outcomes[c.key] = _check_item((c.plan, cfg.seed))
+                continue
+            checks.start(ranked, pool.workers - len(pool.running))
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            checks.record(*pool.next_done(timeout=left))
+        except TimeoutError:  # the deadline: the loop's next round says so
+            continue
         except KeyboardInterrupt:  # keep what passed; the checks in flight are abandoned
             interrupted = True
-            if pool is not None:
-                pool.terminate()
-                pool = None
-        chunk = chunk[:len(outs)]
-        pos += len(chunk)
-        for c, (stage, ok, note) in zip(chunk, outs):
-            if stage == "float":
-                stats.rejected += 1
-                continue
-            stats.verified += 1
-            if stage == "formal":
-                stats.formal += 1
-            if ok:
-                c.verification = note
-                cands.append(c)
-            else:
-                stats.rejected += 1
-                stats.formal_rejected += 1
-        if interrupted:
             break
     if interrupted:
         stats.stopped = "interrupted"

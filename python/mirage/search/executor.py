@@ -8,13 +8,15 @@ generator once per worker, not once per item). `deadline` is the worker's own
 travels as wall-clock time), and `stop_flag.is_set()` turns true after `stop()` (Ctrl-C):
 the generator looks at both every 256 states and returns what it found so far.
 
-- `map_unordered(fn, args)`: the results as they come, at most `workers` running at a
-  time, taken in the order of `args` (the largest work items first: `driver.by_size`);
-- `imap(fn, args)`: the results in order; its `next(timeout)` raises `TimeoutError`;
-- `stop()`: running calls return what they have so far, later ones nothing (Ray does not
-  start them);
+- `submit(fn, arg)`: start a call (queued behind the calls in flight where every worker is
+  busy: the driver keeps at most `workers` in flight, so that what it submits next, a
+  check of a candidate before the next work item, starts next); returns its handle;
+- `next_done(timeout)`: `(handle, result)` of a call that finished (any order; raises what
+  the call raised, `TimeoutError` after `timeout` seconds); `running`: the calls in flight;
+- `stop()`: running work items return what they have found so far, later ones nothing
+  (the checks of candidates run on);
 - `terminate()`: abandon the calls in flight (their processes are killed);
-- `close()`.
+- `close()`: the calls still in flight are abandoned too.
 
 `executor="ray"` (`LocalPool`'s twin `RayPool`) connects to the cluster of the caller's
 `ray.init`, else to `$MIRAGE_RAY_ADDRESS`, else starts Ray on this machine. A task whose
@@ -24,8 +26,10 @@ nothing; a task that still fails fails the search as it would locally. Ray is op
 """
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import os
+import queue
 import signal
 import socket
 import time
@@ -58,21 +62,39 @@ class LocalPool:
         self.workers = workers
         self._stop = ctx.Event()
         self._pool = ctx.Pool(workers, _local_init, (init, deadline, self._stop) + tuple(init_args))
+        self._ids = itertools.count()
+        self._done: queue.Queue = queue.Queue()  # (handle, result, exception), filled by the pool's thread
+        self.running: set = set()
 
-    def map_unordered(self, fn, args):
-        return self._pool.imap_unordered(fn, args, chunksize=1)
+    def submit(self, fn, arg) -> int:
+        h = next(self._ids)
+        self.running.add(h)
+        self._pool.apply_async(fn, (arg,), callback=lambda out: self._done.put((h, out, None)),
+                               error_callback=lambda e: self._done.put((h, None, e)))
+        return h
 
-    def imap(self, fn, args):
-        return _LocalOrdered(self._pool.imap(fn, args, chunksize=1))
+    def next_done(self, timeout: float | None = None):
+        try:  # interrupted by Ctrl-C (a lock's wait is, on POSIX), it leaves the calls as they are
+            h, out, err = self._done.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError from None
+        self.running.discard(h)
+        if err is not None:
+            raise err
+        return h, out
 
     def stop(self) -> None:
         self._stop.set()
 
     def terminate(self) -> None:
         self._pool.terminate()
+        self.running.clear()
 
     def close(self) -> None:
-        self._pool.close()
+        if self.running:  # calls no longer wanted (checks started ahead): abandoned, not awaited
+            self._pool.terminate()
+        else:
+            self._pool.close()
         self._pool.join()
 
 
@@ -81,17 +103,6 @@ def _local_init(init, *args):
     # inherit: it would print a crash report when `terminate()` stops them
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     init(*args)
-
-
-class _LocalOrdered:
-    def __init__(self, it):
-        self._it = it
-
-    def next(self, timeout: float | None = None):
-        try:
-            return self._it.next(timeout=timeout)
-        except mp.TimeoutError:
-            raise TimeoutError from None
 
 
 # -- Ray ---------------------------------------------------------------------------------
@@ -147,91 +158,36 @@ class RayPool:
         self._token = uuid.uuid4().hex  # this search's context on the workers
         wall = None if deadline is None else time.time() + (deadline - time.monotonic())
         self._context = ray.put((init, tuple(init_args), wall))
-        self._stopped = False
-        self._running: set = set()  # object refs of the calls in flight
+        self.running: set = set()  # object refs of the calls in flight
 
-    def _submit(self, fn, arg):
+    def submit(self, fn, arg):
         # the context travels inside a list, so that Ray does not fetch it for every call:
         # a worker fetches it once per search (`_task`)
         ref = self._task.remote(self._token, [self._context], self._flags, fn, arg)
-        self._running.add(ref)
+        self.running.add(ref)
         return ref
 
-    def _get(self, ref, timeout=None):
-        out = self._ray.get(ref, timeout=timeout)  # a timeout leaves the call in flight
-        self._running.discard(ref)
-        return out
-
-    def map_unordered(self, fn, args):
-        return _RayUnordered(self, fn, list(args))
-
-    def imap(self, fn, args):
-        return _RayOrdered(self, fn, list(args))
+    def next_done(self, timeout: float | None = None):
+        # Ctrl-C inside the wait leaves the calls in flight, to be collected after `stop()`
+        done, _ = self._ray.wait(list(self.running), num_returns=1, timeout=timeout)
+        if not done:
+            raise TimeoutError
+        self.running.discard(done[0])
+        return done[0], self._ray.get(done[0])  # raises what the task raised after its retries
 
     def stop(self) -> None:
-        self._stopped = True
         self._ray.get(self._flags.set.remote(self._token))
 
     def terminate(self) -> None:
-        self._stopped = True
-        for ref in self._running:
+        for ref in self.running:
             self._ray.cancel(ref, force=True)
-        self._running.clear()
+        self.running.clear()
 
     def close(self) -> None:
-        if self._running:
+        if self.running:
             self.terminate()
         self._flags.clear.remote(self._token)
         del self._context
-
-
-class _RayUnordered:
-    """The results of `fn` over `args` as they finish. An object rather than a generator:
-    Ctrl-C inside `__next__` must leave it usable, so that the driver can collect what the
-    calls in flight return after `stop()`."""
-
-    def __init__(self, pool: RayPool, fn, args: list):
-        self._pool, self._fn, self._args = pool, fn, args
-        self._next = 0
-        self._pending: list = []
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        p = self._pool
-        while not p._stopped and self._next < len(self._args) and len(self._pending) < p.workers:
-            self._pending.append(p._submit(self._fn, self._args[self._next]))
-            self._next += 1
-        if not self._pending:
-            raise StopIteration
-        done, _ = p._ray.wait(self._pending, num_returns=1)
-        self._pending.remove(done[0])
-        return p._get(done[0])
-
-
-class _RayOrdered:
-    """The results of `fn` over `args` in order, at most `workers` calls in flight."""
-
-    def __init__(self, pool: RayPool, fn, args: list):
-        self._pool, self._fn, self._args = pool, fn, args
-        self._refs: list = []
-        self._fill()
-
-    def _fill(self):
-        while self._args and len(self._refs) < self._pool.workers:
-            self._refs.append(self._pool._submit(self._fn, self._args.pop(0)))
-
-    def next(self, timeout: float | None = None):
-        from ray.exceptions import GetTimeoutError
-
-        try:
-            out = self._pool._get(self._refs[0], timeout=timeout)
-        except GetTimeoutError:
-            raise TimeoutError from None
-        self._refs.pop(0)
-        self._fill()
-        return out
 
 
 class _StopFlags:
