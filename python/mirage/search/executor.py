@@ -8,9 +8,9 @@ generator once per worker, not once per item). `deadline` is the worker's own
 travels as wall-clock time), and `stop_flag.is_set()` turns true after `stop()` (Ctrl-C):
 the generator looks at both every 256 states and returns what it found so far.
 
-- `submit(fn, arg)`: start a call (queued behind the calls in flight where every worker is
-  busy: the driver keeps at most `workers` in flight, so that what it submits next, a
-  check of a candidate before the next work item, starts next); returns its handle;
+- `submit(fn, arg)`: start a call, queued behind the others where every worker is busy
+  (the driver keeps few queued, so that a check it submits starts soon); returns its
+  handle;
 - `next_done(timeout)`: `(handle, result)` of a call that finished (any order; raises what
   the call raised, `TimeoutError` after `timeout` seconds); `running`: the calls in flight;
 - `stop()`: running work items return what they have found so far, later ones nothing
