@@ -6,10 +6,10 @@
 
 // CHECK-LABEL: func.func @mm
 // CHECK: kn.graph_def {{.*}}tb.layout_cost =
-// CHECK: tb.input {{.*}}tb.layout = {inner = 1 : i64, swizzle = 128 : i64}
-// CHECK: tb.input {{.*}}tb.layout = {inner = 1 : i64, swizzle = 128 : i64}
-// CHECK: tb.matmul {{.*}}tb.layout = {inner = 1 : i64, swizzle = 0 : i64}
-// CHECK: tb.forloop_accum none {{.*}}tb.layout = {inner = 1 : i64, swizzle = 0 : i64}
+// CHECK: tb.input {{.*}}tb.layout = #tb.layout<inner = 1, swizzle = 128>
+// CHECK: tb.input {{.*}}tb.layout = #tb.layout<inner = 1, swizzle = 128>
+// CHECK: tb.matmul {{.*}}tb.layout = #tb.layout<inner = 1, swizzle = 0>
+// CHECK: tb.forloop_accum none {{.*}}tb.layout = #tb.layout<inner = 1, swizzle = 0>
 func.func @mm(%x: tensor<16x256xf16>, %w: tensor<256x512xf16>) -> tensor<16x512xf16> {
   %0 = kn.graph_def (%x, %w) grid [8, 1, 1] block [128, 1, 1] forloop 4 dimx 64
       : (tensor<16x256xf16>, tensor<256x512xf16>) -> tensor<16x512xf16> {

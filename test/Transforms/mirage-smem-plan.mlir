@@ -8,7 +8,7 @@
 // (32 KiB instead of 64 KiB). With its rows in registers (the default) the kernel has no
 // shared-memory tiles and no record.
 // CHECK-LABEL: func.func @chain
-// CHECK: kn.graph_def {{.*}}tb.smem = {full = {offsets = {in0 = [[A:[0-9]+]] : i64, op0 = [[B:[0-9]+]] : i64, op1 = [[A]] : i64, op2 = [[B]] : i64}, stages = 1 : i64}}
+// CHECK: kn.graph_def {{.*}}tb.smem = {full = #tb.smem<stages = 1, offsets = {in0 = [[A:[0-9]+]] : i64, op0 = [[B:[0-9]+]] : i64, op1 = [[A]] : i64, op2 = [[B]] : i64}>}
 // ROWS-LABEL: func.func @chain
 // ROWS-NOT: tb.smem
 // ROWS: return
@@ -36,9 +36,9 @@ func.func @chain(%x: tensor<16x512xf16>) -> tensor<16x512xf16> {
 // accumulator tile op1 is written after the loop. With fold-combine=false: a partial and a
 // combine kernel, each with its own buffers.
 // CHECK-LABEL: func.func @mm
-// CHECK: kn.graph_def {{.*}}tb.smem = {partial = {offsets = {flag = {{[0-9]+}} : i64, in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}, stages = 2 : i64}}
+// CHECK: kn.graph_def {{.*}}tb.smem = {partial = #tb.smem<stages = 2, offsets = {flag = {{[0-9]+}} : i64, in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>}
 // NOFOLD-LABEL: func.func @mm
-// NOFOLD: kn.graph_def {{.*}}tb.smem = {combine = {offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}, stages = 1 : i64}, partial = {offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}, stages = 2 : i64}}
+// NOFOLD: kn.graph_def {{.*}}tb.smem = {combine = #tb.smem<stages = 1, offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>, partial = #tb.smem<stages = 2, offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>}
 func.func @mm(%x: tensor<16x256xf16>, %w: tensor<256x512xf16>) -> tensor<16x512xf16> {
   %0 = kn.graph_def (%x, %w) grid [8, 1, 1] block [128, 1, 1] forloop 4 dimx 64
       : (tensor<16x256xf16>, tensor<256x512xf16>) -> tensor<16x512xf16> {

@@ -148,7 +148,7 @@ def test_smem_plan_with_the_lowerings_options_is_taken():
     path = str(ROOT / "examples" / "rmsnorm_linear_fused.mlir")
     planned = mirage_opt(path, "--mirage-smem-plan=fold-combine=false stages=3")
     assert planned.returncode == 0, planned.stderr
-    assert re.search(r"tb.smem = \{combine = \{.*stages = 1 : i64\}, partial = \{.*stages = 3 : i64\}\}", planned.stdout)
+    assert re.search(r"tb.smem = \{combine = #tb.smem<stages = 1, .*>, partial = #tb.smem<stages = 3, .*>\}", planned.stdout)
     piped = mirage_opt("--convert-mirage-to-gpu=fold-combine=false stages=3", stdin=planned.stdout)
     alone = mirage_opt(path, "--convert-mirage-to-gpu=fold-combine=false stages=3")
     assert piped.returncode == 0 and alone.returncode == 0, piped.stderr + alone.stderr
@@ -174,7 +174,8 @@ def test_lowering_takes_an_edited_smem_offset():
     text = _gqa_smem_plan()
     m = re.search(r"op3 = (\d+) : i64", text)
     old, new = int(m.group(1)), 90112
-    assert new % 128 == 0 and new > max(int(x) for x in re.findall(r"= (\d+) : i64", text.split("tb.smem = ")[1].split("}}}")[0]))
+    offsets = re.search(r"tb.smem = \{full = #tb.smem<stages = \d+, offsets = \{([^}]*)\}>", text).group(1)
+    assert new % 128 == 0 and new > max(int(x) for x in re.findall(r"= (\d+) : i64", offsets))
     edited = text.replace(m.group(0), f"op3 = {new} : i64", 1)
     pipeline = ("--pass-pipeline=builtin.module(convert-mirage-to-gpu,gpu-lower-to-nvvm-pipeline{cubin-format=isa "
                 "cubin-chip=sm_90 cubin-features=+ptx80 kernel-bare-ptr-calling-convention=true})")
@@ -198,9 +199,10 @@ def test_lowering_takes_an_edited_smem_offset():
     (("op3 = {op3}", "op9 = {op3}"), "no offset for buffer op3"),
     (("op3 = {op3} : i64", "op3 = {op3} : i64, red = 0 : i64"), "red: no such buffer in this kernel"),
     (("stages = 4", "stages = 5"), "stages = 5, but the ring of this kernel's loop-varying inputs takes 1 to 4"),
-    (("{full = {offsets", "{partial = {offsets"), "but the lowering emits a full kernel"),
-    (("stages = 4 : i64", "stages = \"4\""), "tb.smem needs {<kernel> = {stages = S : i64, offsets"),
-    (("{full = {offsets", "{whole = {offsets"), "with <kernel> full, partial or combine; got whole ="),
+    (("stages = 4", "stages = 0"), "[smem] #tb.smem stages = 0: a ring of >= 1 stages"),
+    (("{full = #tb.smem", "{partial = #tb.smem"), "but the lowering emits a full kernel"),
+    (("{full = #tb.smem", "{whole = #tb.smem"), "[smem] tb.smem on a kn.graph_def is {<kernel> = #tb.smem<stages = S"),
+    (("tb.smem = {full =", "tb.smem = {full = 4 : i64, partial ="), "with <kernel> full, partial or combine"),
 ])
 def test_bad_smem_records_are_located_errors(edit, message):
     """A hand-edited shared-memory record that the kernel could not honour is an error at
@@ -224,9 +226,9 @@ def test_lowering_takes_recorded_layouts():
     path = str(ROOT / "examples" / "gated_mlp_fused.mlir")
     laid = mirage_opt(path, "--mirage-layout")
     assert laid.returncode == 0, laid.stderr
-    assert re.search(r"swizzle = (32|64|128) : i64", laid.stdout)  # the ILP swizzles some tiles
-    assert set(re.findall(r"inner = (\d+) : i64", laid.stdout)) == {"1"}
-    unswizzled = re.sub(r"swizzle = \d+ : i64", "swizzle = 0 : i64", laid.stdout)
+    assert re.search(r"swizzle = (32|64|128)>", laid.stdout)  # the ILP swizzles some tiles
+    assert set(re.findall(r"#tb.layout<inner = (\d+),", laid.stdout)) == {"1"}
+    unswizzled = re.sub(r"swizzle = \d+>", "swizzle = 0>", laid.stdout)
     taken = mirage_opt("--convert-mirage-to-gpu", stdin=unswizzled)
     off = mirage_opt(path, "--convert-mirage-to-gpu=layout=false")
     default = mirage_opt(path, "--convert-mirage-to-gpu")
@@ -235,8 +237,10 @@ def test_lowering_takes_recorded_layouts():
 
 
 @pytest.mark.parametrize("attr, edit, message", [
-    ("tb.layout", ("swizzle = 0 : i64", "swizzle = 48 : i64"), "does not fit a tile"),
-    ("tb.layout", ("inner = 2 : i64", "inner = 5 : i64"), "does not fit a tile"),
+    ("tb.layout", ("swizzle = 0>", "swizzle = 48>"), "[layout] #tb.layout swizzle = 48: 0, 32, 64 or 128 bytes"),
+    ("tb.layout", ("inner = 2,", "inner = 5,"), "[layout] tb.layout #tb.layout<inner = 5, swizzle = 128> does not fit a "
+                                                "tile of shape [1, 64, 64]"),
+    ("tb.layout", ("swizzle = 0>", "swizzle = 256>"), "swizzle = 256: 0, 32, 64 or 128 bytes"),
     ("tb.order", ("tb.order = 0 : i64", "tb.order = 9 : i64"), "must number the 5 ops"),
     ("tb.order", ("tb.order = 1 : i64", "tb.order = 7 : i64"), "must number the 5 ops"),
 ])

@@ -204,38 +204,30 @@ def _import_graph_def(op, env: _Env, g: KNGraph, origins: dict):
         env[r] = t
 
 
+_LAYOUT = re.compile(r"#tb\.layout<inner = (\d+), swizzle = (\d+)>")
+_SMEM = re.compile(r"#tb\.smem<stages = (\d+), offsets = \{(.*)\}>")
+_OFFSET = re.compile(r'([A-Za-z_][\w.$]*|"[^"]*") = (\d+) : \w+')
+
+
 def _read_plan(tb: TBGraph, origins: dict) -> None:
     """The optimizer passes' decisions recorded on the block graph's ops: `tb.layout`
-    (a dictionary `{inner, swizzle}`; an array of them on an op with several results)
-    and `tb.order` (the op's place in the order the ops run)."""
+    (a `#tb.layout<inner = D, swizzle = S>`; an array of them on an op with several
+    results) and `tb.order` (the op's place in the order the ops run). The dialect has
+    verified each layout against its tile; the bindings have no class for `#tb.layout`,
+    so it is read from its printed form."""
     import mlir.ir as ir
 
-    from ..optimize.plan import tile_names, tiles
+    from ..optimize.plan import tile_names
 
-    by_id = {id(x): x for x in tiles(tb)}
     for t, name in tile_names(tb).items():
         o = origins[t]
         if "tb.layout" not in o.attributes:
             continue
-        with _at(o):
-            a = o.attributes["tb.layout"]
-            if isinstance(a, ir.ArrayAttr):
-                arr = ir.ArrayAttr(a)
-                k = int(name.split(".")[1]) if "." in name else 0
-                if k >= len(arr):
-                    raise MLIRImportError(f"tb.layout has {len(arr)} entries for an op with more results")
-                a = arr[k]
-            d = ir.DictAttr(a)
-            if "inner" not in d or "swizzle" not in d:
-                raise MLIRImportError("tb.layout needs {inner = D : i64, swizzle = S : i64}")
-            inner, swz = _int(d["inner"]), _int(d["swizzle"])
-            st = by_id[t]
-            row = st.shape[inner] * st.dtype.itemsize if 0 <= inner < len(st.shape) else 0
-            if not 0 <= inner < len(st.shape) or swz not in (0, 32, 64, 128) or (swz and row % swz):
-                raise MLIRImportError(f"tb.layout {{inner = {inner}, swizzle = {swz}}} does not fit a tile of "
-                                      f"shape {list(st.shape)} (inner: a dim of the tile; swizzle: 0, 32, 64 "
-                                      f"or 128 bytes dividing the row of {row} bytes)")
-            tb.recorded_layouts[name] = (inner, swz)
+        a = o.attributes["tb.layout"]
+        if isinstance(a, ir.ArrayAttr):
+            a = ir.ArrayAttr(a)[int(name.split(".")[1]) if "." in name else 0]
+        inner, swz = _LAYOUT.fullmatch(str(a)).groups()
+        tb.recorded_layouts[name] = (int(inner), int(swz))
     ops = [origins[id(op.outputs[0])] for op in tb.ops]
     if any("tb.order" in o.attributes for o in ops):
         from ..optimize.schedule import valid_order
@@ -255,33 +247,20 @@ def _read_plan(tb: TBGraph, origins: dict) -> None:
         tb.recorded_order = order
 
 
-KERNEL_ROLES = ("full", "partial", "combine")  # the kernels the lowering emits for one block graph
-_SMEM_FORM = ("tb.smem needs {<kernel> = {stages = S : i64, offsets = {<buffer> = <bytes> : i64, ...}}, ...} "
-              "with <kernel> full, partial or combine")
-
-
 def _read_smem(tb: TBGraph, gdef) -> None:
-    """`tb.smem` on the kn.graph_def, written by `--mirage-smem-plan`: for each kernel the
-    lowering emits for the block graph (`full`; a split for-loop: `partial`, and `combine`
-    unless the partial kernel folds it), its cp.async ring depth and every shared-memory
-    buffer's offset, into `tb.recorded_smem` (kernel -> (stages, {buffer: offset})). Read
-    for its form here; the lowering checks it against its own buffers (`KernelPlan`)."""
+    """`tb.smem` on the kn.graph_def, written by `--mirage-smem-plan` (the dialect has
+    verified its form: kernel -> `#tb.smem<stages = S, offsets = {<buffer> = <bytes>}>`,
+    kernel `full`, `partial` or `combine`), into `tb.recorded_smem` (kernel -> (stages,
+    {buffer: offset})), from the printed form (no binding class). The lowering checks it
+    against its own buffers (`KernelPlan`)."""
     import mlir.ir as ir
 
     if "tb.smem" not in gdef.attributes:
         return
-    a = gdef.attributes["tb.smem"]
-    if not isinstance(a, ir.DictAttr):
-        raise MLIRImportError(_SMEM_FORM)
     rec = {}
-    for kernel in a:
-        k = kernel.attr
-        if (kernel.name not in KERNEL_ROLES or not isinstance(k, ir.DictAttr) or len(k) != 2
-                or "stages" not in k or "offsets" not in k or not isinstance(k["stages"], ir.IntegerAttr)
-                or not isinstance(k["offsets"], ir.DictAttr)
-                or not all(isinstance(b.attr, ir.IntegerAttr) for b in k["offsets"])):
-            raise MLIRImportError(f"{_SMEM_FORM}; got {kernel.name} = {k}")
-        rec[kernel.name] = (_int(k["stages"]), {b.name: _int(b.attr) for b in k["offsets"]})
+    for kernel in ir.DictAttr(gdef.attributes["tb.smem"]):
+        stages, body = _SMEM.fullmatch(str(kernel.attr)).groups()
+        rec[kernel.name] = (int(stages), {b.strip('"'): int(o) for b, o in _OFFSET.findall(body)})
     tb.recorded_smem = rec  # (the model's TBGraph declares recorded_layouts / recorded_order)
 
 

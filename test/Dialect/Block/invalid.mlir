@@ -233,3 +233,96 @@ func.func @repeat_result(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
   }
   return %o : tensor<16x64xf16>
 }
+
+// -----
+
+// The optimizer's plan attributes: `tb.layout` must fit the tile it is on.
+func.func @layout_inner(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    // expected-error @+1 {{[layout] tb.layout #tb.layout<inner = 2, swizzle = 0> does not fit a tile of shape [16, 64] (inner: a dim of the tile; swizzle: 0, 32, 64 or 128 bytes dividing the row of 0 bytes)}}
+    %t = tb.input %a0 map <> {tb.layout = #tb.layout<inner = 2, swizzle = 0>} : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+func.func @layout_row(%a: tensor<16x8xf16>) -> tensor<16x8xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<16x8xf16>) -> tensor<16x8xf16> {
+  ^bb0(%a0: tensor<16x8xf16>):
+    // expected-error @+1 {{[layout] tb.layout #tb.layout<inner = 1, swizzle = 32> does not fit a tile of shape [16, 8] (inner: a dim of the tile; swizzle: 0, 32, 64 or 128 bytes dividing the row of 16 bytes)}}
+    %t = tb.input %a0 map <> {tb.layout = #tb.layout<inner = 1, swizzle = 32>} : tensor<16x8xf16> -> tensor<16x8xf16>
+    tb.output %t map <> : tensor<16x8xf16>
+  }
+  return %o : tensor<16x8xf16>
+}
+
+// -----
+
+func.func @layout_swizzle(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    // expected-error @+1 {{[layout] #tb.layout swizzle = 48: 0, 32, 64 or 128 bytes}}
+    %t = tb.input %a0 map <> {tb.layout = #tb.layout<inner = 1, swizzle = 48>} : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+func.func @layout_form(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    // expected-error @+1 {{[layout] tb.layout must be a #tb.layout<inner = D, swizzle = S>}}
+    %t = tb.input %a0 map <> {tb.layout = {inner = 1 : i64, swizzle = 0 : i64}} : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+// `tb.smem`: kernel -> #tb.smem on the kn.graph_def, offsets aligned to 128 bytes.
+func.func @smem_align(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  // expected-error @+1 {{[smem] #tb.smem offset 64 of in0 is not a non-negative multiple of 128}}
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1 {tb.smem = {full = #tb.smem<stages = 1, offsets = {in0 = 64 : i64}>}}
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+func.func @smem_stages(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  // expected-error @+1 {{[smem] #tb.smem stages = 0: a ring of >= 1 stages}}
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1 {tb.smem = {full = #tb.smem<stages = 0, offsets = {in0 = 0 : i64}>}}
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}
+
+// -----
+
+func.func @smem_kernel(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  // expected-error @+1 {{[smem] tb.smem on a kn.graph_def is {<kernel> = #tb.smem<stages = S, offsets = {<buffer> = <bytes> : i64, ...}>, ...} with <kernel> full, partial or combine}}
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1 {tb.smem = {all = #tb.smem<stages = 1, offsets = {in0 = 0 : i64}>}}
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %t map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}

@@ -216,3 +216,21 @@ func.func @layout_ops(%a: tensor<64x256xf16>) -> tensor<64x256xf16> {
   }
   return %o : tensor<64x256xf16>
 }
+
+// -----
+
+// The optimizer's plan attributes (--mirage-layout, --mirage-smem-plan) print back as written.
+// CHECK-LABEL: func.func @plan
+// CHECK: kn.graph_def {{.*}}{tb.smem = {full = #tb.smem<stages = 1, offsets = {in0 = 0 : i64, op0 = 2048 : i64}>}}
+// CHECK: tb.input {{.*}}{tb.layout = #tb.layout<inner = 1, swizzle = 128>}
+// CHECK: tb.exp {{.*}}{tb.layout = #tb.layout<inner = 0, swizzle = 0>}
+func.func @plan(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 64 {tb.smem = {full = #tb.smem<stages = 1, offsets = {in0 = 0 : i64, op0 = 2048 : i64}>}}
+      : (tensor<16x64xf16>) -> tensor<16x64xf16> {
+  ^bb0(%a0: tensor<16x64xf16>):
+    %t = tb.input %a0 map <> {tb.layout = #tb.layout<inner = 1, swizzle = 128>} : tensor<16x64xf16> -> tensor<16x64xf16>
+    %e = tb.exp %t {tb.layout = #tb.layout<inner = 0, swizzle = 0>} : tensor<16x64xf16> -> tensor<16x64xf16>
+    tb.output %e map <> : tensor<16x64xf16>
+  }
+  return %o : tensor<16x64xf16>
+}

@@ -1,4 +1,4 @@
-//===- BlockAttrs.cpp - #tb.map and the accumulator-kind enum -------------===//
+//===- BlockAttrs.cpp - #tb.map, #tb.layout, #tb.smem, accumulator kinds -===//
 
 #include "mirage/Dialect/Block/IR/BlockAttrs.h"
 
@@ -76,4 +76,30 @@ void MapAttr::print(AsmPrinter &printer) const {
     printer << getDimName(k) << " -> " << getDim(k);
   }
   printer << ">";
+}
+
+LogicalResult LayoutAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t inner,
+                                 int64_t swizzle) {
+  if (inner < 0)
+    return emitError() << "[layout] #tb.layout inner = " << inner << ": a dim of the tile, >= 0";
+  if (swizzle != 0 && swizzle != 32 && swizzle != 64 && swizzle != 128)
+    return emitError() << "[layout] #tb.layout swizzle = " << swizzle
+                       << ": 0, 32, 64 or 128 bytes";
+  return success();
+}
+
+LogicalResult SmemAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t stages,
+                               DictionaryAttr offsets) {
+  if (stages < 1)
+    return emitError() << "[smem] #tb.smem stages = " << stages << ": a ring of >= 1 stages";
+  for (NamedAttribute b : offsets) {
+    auto off = dyn_cast<IntegerAttr>(b.getValue());
+    if (!off)
+      return emitError() << "[smem] #tb.smem offset of " << b.getName().getValue() << " is not an integer";
+    int64_t v = off.getValue().getSExtValue();
+    if (v < 0 || v % 128)
+      return emitError() << "[smem] #tb.smem offset " << v << " of " << b.getName().getValue()
+                         << " is not a non-negative multiple of 128";
+  }
+  return success();
 }

@@ -1,8 +1,9 @@
 """`--mirage-layout`: choose the innermost dim and swizzle of every shared-memory tile
 (paper §6, an ILP solved with Z3) and record them on the ops that define the tiles:
-`tb.layout = {inner = D : i64, swizzle = S : i64}` (`tb.input` and compute ops; an array
-of them on an op with several results), and `tb.layout_cost = C : i64` on the
-`kn.graph_def`. `convert-mirage-to-gpu` takes the recorded layouts instead of choosing.
+`tb.layout = #tb.layout<inner = D, swizzle = S>` (`tb.input` and compute ops; an array
+of them on an op with several results; the dialect checks that each fits its tile), and
+`tb.layout_cost = C : i64` on the `kn.graph_def`. `convert-mirage-to-gpu` takes the
+recorded layouts instead of choosing.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ...optimize.layout import select_layouts
 
 
 def _text(lay) -> str:
-    return f"{{inner = {lay.inner_dim} : i64, swizzle = {lay.swizzle} : i64}}"
+    return f"#tb.layout<inner = {lay.inner_dim}, swizzle = {lay.swizzle}>"
 
 
 @register

@@ -4,13 +4,14 @@ emitted: the tiles as the lowering stores them, padded `ldmatrix` rows, input ri
 accumulator state; offsets that reuse the space of dead tiles, paper §6) and record the
 plan on each `kn.graph_def`:
 
-    tb.smem = {full = {offsets = {in0 = 0 : i64, op2 = 8192 : i64, ...}, stages = 3 : i64}}
+    tb.smem = {full = #tb.smem<stages = 3, offsets = {in0 = 0 : i64, op2 = 8192 : i64, ...}>}
 
 one entry per kernel the lowering emits for the block graph (`full`; a split for-loop:
-`partial`, and `combine` with fold-combine=false), with the cp.async ring depth and every
-buffer's offset in bytes (tile names of `optimize.plan.tile_names`, `scratch<j>` for op
-j's f32 state, `flag`, `red`). `convert-mirage-to-gpu` takes the record (checked: every
-buffer placed, 128-byte aligned, within the capacity, no two live at once overlapping);
+`partial`, and `combine` with fold-combine=false), a `#tb.smem` with the cp.async ring
+depth and every buffer's offset in bytes (tile names of `optimize.plan.tile_names`,
+`scratch<j>` for op j's f32 state, `flag`, `red`). `convert-mirage-to-gpu` takes the
+record (checked: by the dialect, stages >= 1 and offsets 128-byte aligned; by the
+lowering, every buffer placed, within the capacity, no two live at once overlapping);
 a kernel keeping its rows in registers has no shared-memory tiles and no record. Takes
 the lowering's options (give both passes the same ones) and `capacity`; a plan over the
 capacity is an error at the graph_def. Plans afresh, replacing a `tb.smem` already there.
@@ -26,7 +27,7 @@ from .convert_mirage_to_gpu import OPTIONS, options
 
 def _text(record: dict) -> str:
     return "{" + ", ".join(
-        f"{kernel} = {{offsets = {{{', '.join(f'{b} = {o} : i64' for b, o in offsets.items())}}}, stages = {S} : i64}}"
+        f"{kernel} = #tb.smem<stages = {S}, offsets = {{{', '.join(f'{b} = {o} : i64' for b, o in offsets.items())}}}>"
         for kernel, (S, offsets) in record.items()) + "}"
 
 

@@ -18,8 +18,15 @@ def Block_Dialect : Dialect {
     `tb.thread_graph` holds a fused element-wise chain in the `th` dialect.
 
     Maps are `#tb.map` attributes written `map <x -> 1, i -> 0>`.
+
+    The optimizer's decisions travel to the lowering as discardable attributes:
+    `tb.layout` (a `#tb.layout`) on a tile's defining op, `tb.order` (an integer: the
+    op's place in the order the ops run) on every op, `tb.smem` (kernel ->
+    `#tb.smem`) on the `kn.graph_def`; the dialect verifies `tb.layout` against the
+    tile and the form of `tb.smem`.
   }];
   let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
   let extraClassDeclaration = [{
     /// Registers the attributes (defined in BlockAttrs.cpp).
     void registerAttributes();
