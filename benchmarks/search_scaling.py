@@ -12,10 +12,18 @@ must visit the same states and pick the same best candidate (checked, shown).
 
 `--max-block-ops` (default 7; the preset's is 11) bounds the block graphs so that a
 one-worker run takes a minute or two, not an hour (GQA: 392,274 states at 7, 1.8 M at 9).
-`--no-checks` leaves out the checks of the best candidates (verify=False: a minute per
-run at full size, not split into work items), so that a run times the seeds, the work
-items and the ranking; `--compare-order` adds a run at the largest worker count with the
-items dealt in `work_items`' order instead of largest first (`driver.by_size`).
+`--no-checks` leaves out the checks of the best candidates (verify=False), so that a run
+times the seeds, the work items and the ranking; `--compare-order` adds a run at the
+largest worker count with the items dealt in `work_items`' order instead of largest first
+(`driver.by_size`).
+
+`--independent` measures what the machine itself gives: per worker count N > 1, N
+independent one-worker searches of the same program at once (each its own process, the
+local executor, started together). Their mean time t_N against the one-worker run alone
+(T_1) is the machine's own speedup with N busy CPUs, N·T_1/t_N (N on a machine whose CPUs
+do not slow each other down); the search's efficiency against the machine is
+t_N / (N·T_N), T_N being the N-worker search: 1.0 when the search split over N workers
+loses nothing beyond what N busy CPUs lose anyway.
 Needs `pip install '.[ray]'` (not with `--executor local`). Writes
 benchmarks/results/search_scaling.md (or --out; `--executor local`: search_scaling_local.md).
 """
@@ -23,6 +31,7 @@ import argparse
 import contextlib
 import datetime
 import io
+import multiprocessing as mp
 import os
 import platform
 import re
@@ -39,7 +48,7 @@ from mirage.search import driver as D  # noqa: E402
 PROGRAMS = ("gqa", "qknorm_attention")
 
 
-def run(name, workers, a, order="largest first"):
+def run(name, workers, a, order="largest first", executor=None):
     """(result, enumeration seconds, load before, load after) of one search."""
     log = io.StringIO()  # the search's progress lines: the enumeration's time is on its "done" line
     load = os.getloadavg()[0]
@@ -49,13 +58,34 @@ def run(name, workers, a, order="largest first"):
     try:
         with contextlib.redirect_stderr(log), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # verify=False says that it returns unchecked candidates
-            res = superoptimize(BENCHMARKS[name].reference(1), "attention", workers=workers, executor=a.executor,
-                                time_limit=a.time_limit, max_block_ops=a.max_block_ops, measure=False,
-                                verify=not a.no_checks, verbose=True)
+            res = superoptimize(BENCHMARKS[name].reference(1), "attention", workers=workers,
+                                executor=executor or a.executor, time_limit=a.time_limit,
+                                max_block_ops=a.max_block_ops, measure=False, verify=not a.no_checks, verbose=True)
     finally:
         D.by_size = by_size
     done = re.search(r"\[search\] enumeration done in ([0-9.]+) s", log.getvalue())
     return res, float(done.group(1)), load, os.getloadavg()[0]
+
+
+def independent(name, n, a):
+    """[(seconds, states, best key)] of `n` one-worker searches run at once, each in a
+    process of its own (forked: imports done, nothing of Ray's used), started together."""
+    ctx = mp.get_context("fork")
+    start, q = ctx.Barrier(n), ctx.Queue()
+
+    def one():
+        start.wait()
+        t0 = time.monotonic()
+        res = run(name, 1, a, executor="local")[0]
+        q.put((time.monotonic() - t0, res.stats.states, res.candidates[0].key))
+
+    ps = [ctx.Process(target=one) for _ in range(n)]
+    for p in ps:
+        p.start()
+    out = [q.get() for _ in ps]
+    for p in ps:
+        p.join()
+    return out
 
 
 def counts(cpus: int) -> list[int]:
@@ -75,6 +105,8 @@ def main():
     ap.add_argument("--no-checks", action="store_true", help="verify=False: no checks of the best candidates")
     ap.add_argument("--compare-order", action="store_true",
                     help="also the largest worker count with the items in work_items' order")
+    ap.add_argument("--independent", action="store_true",
+                    help="also N independent one-worker searches at once per worker count N > 1 (the machine's scaling)")
     ap.add_argument("--out")
     a = ap.parse_args()
     results = os.path.join(os.path.dirname(__file__), "results")
@@ -98,7 +130,8 @@ def main():
         warnings.simplefilter("ignore")
         superoptimize(BENCHMARKS["gqa"].reference(1), "attention", workers=max(ws), executor=a.executor,
                       max_block_ops=6, measure=False, verify=not a.no_checks)
-    flags = (" --no-checks" if a.no_checks else "") + (" --compare-order" if a.compare_order else "")
+    flags = (" --no-checks" if a.no_checks else "") + (" --compare-order" if a.compare_order else "") \
+        + (" --independent" if a.independent else "")
     out = [f"# Search scaling over {'Ray workers' if a.executor == 'ray' else 'local worker processes'}", "",
            f"Date: {datetime.datetime.now():%Y-%m-%d %H:%M}. Driver: {platform.node()} ({platform.machine()}, "
            f"{os.cpu_count()} cores). {where}",
@@ -106,20 +139,27 @@ def main():
            f"--workers {' '.join(map(str, ws))} --max-block-ops {a.max_block_ops} --executor {a.executor}{flags}`", "",
            f"Each search: `superoptimize(BENCHMARKS[name].reference(1), \"attention\", executor=\"{a.executor}\", "
            f"workers=w, max_block_ops={a.max_block_ops}, measure=False{', verify=False' if a.no_checks else ''})` "
-           "to its end (no time limit reached). *Enumeration*: the work items (split over the workers); *search*: "
+           "to its end (no time limit reached). *Enumeration*: the work items (split over the workers"
+           f"{'' if a.no_checks else '; with more than one, the checks of the best candidates so far run beside them'}"
+           "); *search*: "
            "the whole call: seeds, the items' size probe, enumeration, ranking"
-           f"{'' if a.no_checks else ', the checks of the best 3 candidates (in parallel)'}; *other*: "
+           f"{'' if a.no_checks else ', the checks of the best 3 candidates not done by then (in parallel)'}; *other*: "
            "search - enumeration (the driver's serial phases and the pool's start). *Order*: the order the "
            "items are dealt in (largest first: `driver.by_size`; promising: `work_items`' order). Speedup and "
            "efficiency (speedup / workers) against one worker. Load: the 1-minute load average before / after "
-           "the run (other processes on the machine take cores from the workers).", ""]
+           "the run (other processes on the machine take cores from the workers)."
+           + (" *N at once*: N independent one-worker searches run together, mean (min-max) time t_N; "
+              "*machine*: the machine's speedup with N busy CPUs, N x T_1 / t_N; *vs machine*: the search's "
+              "efficiency against that, t_N / (N x T_N)." if a.independent else ""), ""]
     for name in a.names:
+        more = " N at once | machine | vs machine |" if a.independent else ""
         out += [f"## {name}", "",
                 "| workers | order | enumeration | speedup | efficiency | search | speedup | efficiency | other "
-                "| states | best | load |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                f"|{more} states | best | load |",
+                "|---|---|---|---|---|---|---|---|---|" + "---|" * (3 * a.independent) + "---|---|---|"]
         base = None
         runs = [(w, "largest first") for w in ws] + ([(max(ws), "promising")] if a.compare_order else [])
+        at_once = {}  # N -> the times of N independent one-worker searches
         for w, order in runs:
             t0 = time.monotonic()
             res, enum, l0, l1 = run(name, w, a, order)
@@ -128,11 +168,23 @@ def main():
                 base = (enum, total, res.stats.states, res.candidates[0].key)
             same = (res.stats.states, res.candidates[0].key) == base[2:]
             row = (f"| {w} | {order} | {enum:.1f} s | {base[0] / enum:.2f} | {base[0] / enum / w:.2f} | "
-                   f"{total:.1f} s | {base[1] / total:.2f} | {base[1] / total / w:.2f} | {total - enum:.1f} s | "
-                   f"{res.stats.states}{'' if same else ' (DIFFERS from 1 worker)'}"
-                   f"{' (stopped: ' + res.stats.stopped + ')' if res.stats.stopped else ''} | "
-                   f"{res.candidates[0].time_us:.2f} us {'(reference)' if res.candidates[0].key == 'reference' else ''}"
-                   f"| {l0:.1f} / {l1:.1f} |")
+                   f"{total:.1f} s | {base[1] / total:.2f} | {base[1] / total / w:.2f} | {total - enum:.1f} s | ")
+            if a.independent:
+                if w > 1 and w not in at_once:
+                    at_once[w] = independent(name, w, a)
+                    if any((s, k) != base[2:] for _, s, k in at_once[w]):
+                        row += "(an independent search DIFFERS from 1 worker) "
+                if w in at_once:
+                    ts = [t for t, _, _ in at_once[w]]
+                    mean = sum(ts) / len(ts)
+                    row += (f"{mean:.1f} s ({min(ts):.1f}-{max(ts):.1f}) | {w * base[1] / mean:.2f} | "
+                            f"{mean / (w * total):.2f} | ")
+                else:
+                    row += "- | - | - | "
+            row += (f"{res.stats.states}{'' if same else ' (DIFFERS from 1 worker)'}"
+                    f"{' (stopped: ' + res.stats.stopped + ')' if res.stats.stopped else ''} | "
+                    f"{res.candidates[0].time_us:.2f} us "
+                    f"{'(reference)' if res.candidates[0].key == 'reference' else ''}| {l0:.1f} / {l1:.1f} |")
             out.append(row)
             print(row, flush=True)
         out.append("")
