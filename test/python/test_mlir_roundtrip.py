@@ -191,6 +191,24 @@ def test_lowering_takes_an_edited_smem_offset():
     assert int(smem(gpu["old"].stdout)[0]) < new and smem(gpu["new"].stdout) == [str(new + 64 * 64 * 2)] + smem(gpu["old"].stdout)[1:]
 
 
+def test_recorded_decisions_are_part_of_the_graph_hash():
+    """Bundles are cached by graph_hash: a graph whose recorded shared-memory plan (or
+    layouts) differ lowers to other kernels, so it must not hit another's bundle; a graph
+    without records keeps the hash of its kn MLIR alone."""
+    import hashlib
+
+    from mirage.lower.convert import graph_hash
+
+    text = _gqa_smem_plan()
+    m = re.search(r"op3 = (\d+) : i64", text)
+    edited = text.replace(m.group(0), "op3 = 90112 : i64", 1)
+    (plain,), (rec,), (moved,) = (mi.parse_mlir(t) for t in (ROOT.joinpath("examples", "gqa_fused.mlir").read_text(),
+                                                               text, edited))
+    assert graph_hash(plain) == hashlib.sha256(plain.to_mlir().encode()).hexdigest()[:16]
+    assert len({graph_hash(plain), graph_hash(rec), graph_hash(moved)}) == 3
+    assert rec.to_mlir() == moved.to_mlir() == plain.to_mlir()
+
+
 @pytest.mark.parametrize("edit, message", [
     (("op3 = {op3}", "op3 = 73792"), "offset 73792 of op3 is not a non-negative multiple of 128"),
     (("op3 = {op3}", "op3 = 0"), "in1 [0, 32768) and op3 [0, 8192) overlap, and both are live at step 0"),

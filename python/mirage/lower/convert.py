@@ -55,7 +55,16 @@ class Lowered:
 
 
 def graph_hash(g: KNGraph) -> str:
-    return hashlib.sha256(g.to_mlir().encode()).hexdigest()[:16]
+    """The identity of what `g` lowers to (bundle caches are keyed by it): its kn MLIR and
+    the decisions recorded in the IR (layouts, op order, shared-memory plan), which change
+    the kernels but are not printed with the model."""
+    h = hashlib.sha256(g.to_mlir().encode())
+    for op in g.ops:
+        tb = op.body if op.kind == "graph_def" else None
+        rec = tb and (tb.recorded_layouts, tb.recorded_order, getattr(tb, "recorded_smem", None))
+        if rec and any(rec):
+            h.update(repr(rec).encode())
+    return h.hexdigest()[:16]
 
 
 def _sym(name: str) -> str:
