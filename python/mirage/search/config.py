@@ -311,6 +311,15 @@ def schedules(shapes: Sequence[tuple], classes: Sequence[tuple], reduced: set, c
         opts[c] = grid_opts
     out = []
     franges = cfg.franges
+    loop_opts: dict = {}  # (class, extent per block) -> its loop lengths: the same for many grids
+
+    def loop_lengths(c, rem):
+        key = (c, rem)
+        if key not in loop_opts:
+            loop_opts[key] = [r for r in range(2, rem + 1) if rem % r == 0 and rem // r >= cfg.min_loop_tile
+                              and _tile_ok(rem // r, extent[c], cfg)]
+        return loop_opts[key]
+
     for gsplit in _grid_splits([opts[c] for c in cls], cfg.max_grid_dims, cfg.max_blocks):
         split = [(c, s) for c, s in zip(cls, gsplit) if s > 1]
         gs = dict(zip(cls, gsplit))
@@ -318,10 +327,7 @@ def schedules(shapes: Sequence[tuple], classes: Sequence[tuple], reduced: set, c
         for c in cls:
             if c not in reduced or extent[c] < cfg.min_split_reduced:
                 continue
-            rem = extent[c] // gs[c]
-            for r in range(2, rem + 1):
-                if rem % r == 0 and rem // r >= cfg.min_loop_tile and _tile_ok(rem // r, extent[c], cfg):
-                    loops.append((c, r))
+            loops += [(c, r) for r in loop_lengths(c, extent[c] // gs[c])]
         for lc, lr in loops:
             if franges is not None and lr not in franges:
                 continue

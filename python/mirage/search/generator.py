@@ -19,6 +19,13 @@ the reference's (§4.3). Cheap semantic checks prune further, each counted by na
 - `smem`: the block graph's tiles exceed shared memory (Algorithm 1 line 34);
 - `budget`: more unconsumed tensors than ops left to consume them.
 
+The block-graph DFS visits millions of states at full size; what depends only on
+values, not on the state, is computed once: one `BT` per distinct tile value
+(`Generator.tile`), the tile a block op makes of given operand tiles or the check that
+rejects it (`_BlockCtx.dfs`'s memo), and the block ops over the tiles up to a given one
+(`_BlockCtx._ops_at`, by the sequence of their shapes). The states, the pruning counts
+and the candidates are those of the plain DFS.
+
 Complete candidates (kernel graphs whose outputs have the reference's abstract
 expressions, with no dead code) are returned as plans (plain tuples, picklable);
 `build.py` turns a plan into a KNGraph.
@@ -43,6 +50,12 @@ KIND_ID = {k: i for i, k in enumerate(
     ("constant", "matmul", "add", "sub", "mul", "div") + UNARY +
     ("reduction", "reduce_max", "reduction_to_dimx", "rms_norm", "chain", "accum", "graph_def"))}
 ELEMENTWISE = UNARY + BINARY
+
+
+# entries of the block-op memo (`Generator._block_memo`) above which it is emptied
+MEMO_LIMIT = 1_000_000
+# block ops listed in `Generator._ops_memo` above which it is emptied
+OPS_MEMO_LIMIT = 4_000_000
 
 
 class Stop(Exception):
@@ -101,6 +114,11 @@ class BT:
     tags: tuple  # per dim: frozenset of grid dims / "i" partitioning it
     partial: frozenset  # grid dims / "i" whose partial sums this tile holds
     classes: tuple
+    # set by `Generator.tile`, which makes one BT per distinct value: its number, the
+    # number of its (expr, shape, phase, tags) (the `duplicate` check's key) and its size
+    id: int = -1
+    dup: int = -1
+    n: int = 0
 
 
 class Generator:
@@ -158,6 +176,17 @@ class Generator:
         # block graphs are cut after this many ops when set (driver.by_size's shallow probe)
         self.probe_ops: int | None = None
         self._collectors: list = []
+        # block-graph DFS: one BT per distinct tile value, op numbers, and the tiles that
+        # block ops make of given operand tiles (per loop length; `_BlockCtx.dfs`)
+        self._tiles: dict = {}
+        self._dup_ids: dict = {}
+        self._op_ids: dict = {}
+        self._block_ops: dict = {}
+        self._block_memo: dict = {}
+        self._prefixes: dict = {}  # (number of a shape prefix, shape) -> number
+        self._next_prefix = 0  # numbers are never reused, so that emptying `_prefixes` is safe
+        self._ops_memo: dict = {}  # (shape prefix, accumulable) -> _BlockCtx._ops_at
+        self._ops_memo_size = 0
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -201,6 +230,47 @@ class Generator:
             except O.ShapeError:
                 self._shapes[key] = None
         return self._shapes[key]
+
+    def tile(self, shape, expr, phase, tags, partial, classes) -> BT:
+        """The BT of this value (one object per distinct value, numbered)."""
+        key = (shape, expr, phase, tags, partial, classes)
+        t = self._tiles.get(key)
+        if t is None:
+            dk = (expr, shape, phase, tags)
+            dup = self._dup_ids.get(dk)
+            if dup is None:
+                dup = self._dup_ids[dk] = len(self._dup_ids)
+            t = self._tiles[key] = BT(shape, expr, phase, tags, partial, classes, len(self._tiles), dup, prod(shape))
+        return t
+
+    def shape_prefix(self, prev: int, shape: tuple) -> int:
+        """The number of a sequence of tile shapes: that of all but the last, and the last."""
+        key = (prev, shape)
+        i = self._prefixes.get(key)
+        if i is None:
+            i = self._prefixes[key] = self._next_prefix
+            self._next_prefix += 1
+        return i
+
+    def ops_memo_added(self, n: int) -> None:
+        """`n` block ops were memoized: above OPS_MEMO_LIMIT the memo is emptied (a cache:
+        a program visiting tens of millions of states has millions of shape sequences)."""
+        self._ops_memo_size += n
+        if self._ops_memo_size > OPS_MEMO_LIMIT:
+            self._ops_memo.clear()
+            self._prefixes.clear()
+            self._ops_memo_size = 0
+
+    def block_op(self, kind, ins, attrs) -> tuple:
+        """(kind, ins, attrs, rank, op number) of a block op, one tuple per distinct op
+        (the memoized lists of `_BlockCtx._ops_at` share them)."""
+        key = (kind, ins, attrs)
+        c = self._block_ops.get(key)
+        if c is None:
+            opid = self._op_ids.setdefault((kind, attrs), len(self._op_ids))
+            c = self._block_ops[key] = (kind, ins, attrs, (max(ins), tuple(sorted(ins, reverse=True)), KIND_ID[kind],
+                                                           attrs), opid)
+        return c
 
     def _op_expr(self, kind, in_exprs, in_shapes, attrs):
         return O.OPS[kind].absexpr(self.T, in_exprs, in_shapes, attrs)
@@ -442,8 +512,8 @@ class Generator:
                 self.stats.pruned["shape"] += 1
                 return
             phase = "pre" if (fmap != -1 and s.forloop > 1) else "inv"
-            tiles.append(BT(tuple(shape), t.expr, phase, tuple(frozenset(x) for x in tags), frozenset(),
-                            t.classes))
+            tiles.append(self.tile(tuple(shape), t.expr, phase, tuple(frozenset(x) for x in tags), frozenset(),
+                                   t.classes))
         # every grid dim > 1 must partition some input, else blocks repeat the same work
         for g, n in enumerate(grid):
             if n > 1 and not any("xyz"[g] in tg for t in tiles for tg in t.tags):
@@ -474,6 +544,17 @@ class _BlockCtx:
         self.itemsize = st["tensors"][I[0]].dtype.itemsize
         self.dimx = gen.cfg.reduction_dimx
         self.last_rank = None
+        self.unconsumed = len(tiles)  # tiles no op reads yet
+        self._sp: list = []  # per tile: the number of the shapes of the tiles up to it
+        for t in tiles:
+            self._sp.append(gen.shape_prefix(self._sp[-1] if self._sp else -1, t.shape))
+        self._dups: dict = {}  # BT.dup -> how many of the tiles have it
+        for t in tiles:
+            self._dups[t.dup] = self._dups.get(t.dup, 0) + 1
+        memo = gen._block_memo
+        if sum(len(m) for m in memo.values()) > MEMO_LIMIT:
+            memo.clear()  # a cache only: bounded, since a worker runs many items
+        self._memo = memo.setdefault(s.forloop, {})
 
     # block op budget: inputs + ops + outputs
     def used(self) -> int:
@@ -490,7 +571,7 @@ class _BlockCtx:
         if g.probe_ops is not None and len(self.ops) >= g.probe_ops:
             return
         left = g.cfg.max_block_ops - self.used()
-        unconsumed = sum(1 for c in self.consumed if not c)
+        unconsumed = self.unconsumed
         # each op lowers the unconsumed count by at most one, each output saver takes a slot
         if unconsumed > left or left < 2:
             if left >= 2:
@@ -504,104 +585,158 @@ class _BlockCtx:
             open_in = {k for k in range(self.n_in) if not self.consumed[k]}
             open_mid = {k for k in range(self.n_in, len(self.tiles)) if not self.consumed[k]}
             room = min(g.cfg.max_block_outputs, left - 1)
-        for cand in self.candidates():
+        pruned = g.stats.pruned
+        tiles = self.tiles
+        memo = self._memo
+        final = False
+        for kind, ins, attrs, rank, opid in self.candidates():
             if leaf:
-                ins = set(cand[1])
-                if not open_in <= ins or len(open_mid - ins) + 1 > room:
-                    g.stats.pruned["budget"] += 1
+                si = set(ins)
+                if not open_in <= si or len(open_mid - si) + 1 > room:
+                    pruned["budget"] += 1
                     continue
-                only_new = not (open_mid - ins)
-            res = self.try_add(*cand, final=leaf and self.last and only_new)
-            if res is None:
+                final = self.last and not (open_mid - si)
+            # the operand-only part of the checks (phase, shape, partitioning, expression)
+            # depends on the operands' values, not on where they are: memoized by tile ids
+            if len(ins) == 1:
+                key = (opid, tiles[ins[0]].id)
+            else:
+                key = (opid, tiles[ins[0]].id, tiles[ins[1]].id)
+            t = memo.get(key)
+            if t is None:
+                t = memo[key] = self._new_tile(kind, [tiles[i] for i in ins], attrs)
+            if t.__class__ is str:
+                pruned[t] += 1
                 continue
-            yield from self.dfs()
-            self.pop()
+            if self.push(t, kind, ins, attrs, rank, final):
+                yield from self.dfs()
+                self.pop()
 
     def candidates(self):
-        g = self.g
-        n = len(self.tiles)
-        kinds = g.block_kinds
-        rng = range(n)
-        # canonical order (below): an op's newest operand is never older than the last
-        # op's, so operand sets entirely below `lo` are not generated at all
-        lo = self.last_rank[0] if self.last_rank is not None else 0
-        late = range(lo, n)
+        """The next block ops to try, in canonical order (rank never decreases): an op's
+        newest operand is never older than the last op's, so only the ops whose newest
+        operand is at or after it are taken, from `_ops_at` (memoized)."""
+        lr = self.last_rank
+        if lr is None:
+            lo = 0
+        else:
+            lo = lr[0]
         out = []
-        for kind in kinds:
-            if kind == "matmul":
-                for i in rng:
-                    a = self.tiles[i].shape
-                    for j in (rng if i >= lo else late):
-                        b = self.tiles[j].shape
-                        if len(a) == len(b) >= 2 and a[-1] == b[-2] and a[:-2] == b[:-2]:
-                            out.append((kind, (i, j), ()))
-            elif kind in BINARY:
-                for i in rng:
-                    a = self.tiles[i].shape
-                    for j in (rng if i >= lo else late):
-                        if i == j or (kind in COMMUTATIVE and j < i):
-                            continue
-                        if _bcast_ok(a, self.tiles[j].shape):
-                            out.append((kind, (i, j), ()))
-            elif kind in UNARY or kind == "rms_norm":
-                for i in late:
-                    out.append((kind, (i,), (("normalized_shape", (self.tiles[i].shape[-1],)),)
-                                if kind == "rms_norm" else ()))
-            elif kind == "reduction":
-                for i in late:
-                    for d, m in enumerate(self.tiles[i].shape):
-                        if m > 1:
-                            out.append((kind, (i,), (("dim", d),)))
-            elif kind == "reduction_to_dimx":
-                for i in late:
-                    m = self.tiles[i].shape[-1]
-                    if m > self.dimx and m % self.dimx == 0:
-                        out.append((kind, (i,), (("dimx", self.dimx),)))
-        for steps in g.chains:
-            for i in late:
-                out.append(("chain", (i,), (("steps", steps),)))
-        if self.s.forloop > 1:
-            for kind in g.accum_kinds:
-                for i in late:
-                    if self.tiles[i].phase == "pre":
-                        out.append(("accum", (i,), (("kind", kind),)))
-        # canonical order: rank never decreases
-        res = []
-        for c in out:
-            r = (max(c[1]), tuple(sorted(c[1], reverse=True)), KIND_ID[c[0]], c[2])
-            if self.last_rank is not None and r < self.last_rank:
-                continue
-            res.append((r, c))
-        res.sort(key=lambda x: x[0])
-        return [(c[0], c[1], c[2], r) for r, c in res]
+        memo = self.g._ops_memo
+        sp = self._sp
+        loop = self.s.forloop > 1
+        tiles = self.tiles
+        for m in range(lo, len(tiles)):
+            key = (sp[m], loop and tiles[m].phase == "pre")
+            lst = memo.get(key)
+            if lst is None:
+                lst = memo[key] = self._ops_at(m)
+                self.g.ops_memo_added(len(lst))
+            if m == lo and lr is not None:
+                out.extend(c for c in lst if not c[3] < lr)
+            else:
+                out.extend(lst)
+        return out
 
-    def try_add(self, kind, ins, attrs, rank, final: bool = False):
+    def _ops_at(self, m: int) -> list:
+        """The block ops whose newest operand is tile `m`, sorted by rank (stable: ops of
+        one rank keep the order they are listed in). A function of the shapes of tiles
+        0..m, of whether tile `m` varies per iteration of a loop (accumulators) and of
+        the generator's fixed settings: `candidates` memoizes it by the first two."""
         g = self.g
-        st = g.stats
-        xs = [self.tiles[i] for i in ins]
+        tiles = self.tiles
+        t = tiles[m]
+        out = []
+
+        def pairs():
+            for i in range(m):
+                yield i, m
+            for j in range(m + 1):
+                yield m, j
+
+        for kind in g.block_kinds:
+            if kind == "matmul":
+                for i, j in pairs():
+                    a, b = tiles[i].shape, tiles[j].shape
+                    if len(a) == len(b) >= 2 and a[-1] == b[-2] and a[:-2] == b[:-2]:
+                        out.append((kind, (i, j), ()))
+            elif kind in BINARY:
+                for i, j in pairs():
+                    if i == j or (kind in COMMUTATIVE and j < i):
+                        continue
+                    if _bcast_ok(tiles[i].shape, tiles[j].shape):
+                        out.append((kind, (i, j), ()))
+            elif kind in UNARY or kind == "rms_norm":
+                out.append((kind, (m,), (("normalized_shape", (t.shape[-1],)),) if kind == "rms_norm" else ()))
+            elif kind == "reduction":
+                for d, n in enumerate(t.shape):
+                    if n > 1:
+                        out.append((kind, (m,), (("dim", d),)))
+            elif kind == "reduction_to_dimx":
+                n = t.shape[-1]
+                if n > self.dimx and n % self.dimx == 0:
+                    out.append((kind, (m,), (("dimx", self.dimx),)))
+        for steps in g.chains:
+            out.append(("chain", (m,), (("steps", steps),)))
+        if self.s.forloop > 1 and t.phase == "pre":
+            for kind in g.accum_kinds:
+                out.append(("accum", (m,), (("kind", kind),)))
+        res = [g.block_op(k, ins, attrs) for k, ins, attrs in out]
+        res.sort(key=lambda c: c[3])
+        return res
+
+    def push(self, t: BT, kind, ins, attrs, rank, final: bool) -> bool:
+        """Add tile `t`, made by block op `kind` of tiles `ins`, unless the checks that
+        depend on the rest of the block graph reject it (counted)."""
+        g = self.g
+        tiles = self.tiles
+        if final and g.cfg.prune and (t.expr not in g.targets or (self.s.forloop > 1 and t.phase != "post")):
+            g.stats.pruned["absexpr"] += 1  # the only output of the last kernel is not a reference output
+            return False
+        if self._dups.get(t.dup):
+            g.stats.pruned["duplicate"] += 1
+            return False
+        size = t.n * self.itemsize
+        if self.smem + size > g.cfg.smem_capacity:
+            g.stats.pruned["smem"] += 1
+            return False
+        tiles.append(t)
+        self._sp.append(g.shape_prefix(self._sp[-1], t.shape))
+        self._dups[t.dup] = self._dups.get(t.dup, 0) + 1
+        consumed = self.consumed
+        consumed.append(0)
+        for i in ins:
+            if not consumed[i]:
+                self.unconsumed -= 1
+            consumed[i] += 1
+        self.unconsumed += 1
+        self.ops.append((kind, ins, attrs, self.last_rank))
+        self.last_rank = rank
+        self.smem += size
+        return True
+
+    def _new_tile(self, kind, xs, attrs):
+        """The tile that block op `kind` makes of tiles `xs`, or the name of the check
+        that rejects it."""
+        g = self.g
         ad = dict(attrs)
-        # phase
         phases = {x.phase for x in xs}
         if kind == "accum":
             if xs[0].phase != "pre":
-                st.pruned["phase"] += 1
-                return None
+                return "phase"
             phase = "post"
         else:
             if "pre" in phases and "post" in phases:
-                st.pruned["phase"] += 1
-                return None
+                return "phase"
             phase = "post" if "post" in phases else ("pre" if "pre" in phases else "inv")
         # shape, partitioning / provenance, then the expression (most candidates fail the
         # first two, which are cheaper)
         shape = g.shape_of(kind, tuple(x.shape for x in xs), attrs)
         if shape is None:
-            st.pruned["shape"] += 1
-            return None
+            return "shape"
         prov = self.provenance(kind, xs, shape, ad)
         if prov is None:
-            st.pruned["partition"] += 1
-            return None
+            return "partition"
         tags, partial, classes = prov
         if kind == "accum":
             e = O.accum_absexpr(g.T, ad["kind"], xs[0].expr, xs[0].shape, self.s.forloop, self.dimx)
@@ -610,35 +745,22 @@ class _BlockCtx:
         else:
             e = g._op_expr(kind, [x.expr for x in xs], [x.shape for x in xs], ad)
         if not g.useful(e):
-            st.pruned["absexpr"] += 1
-            return None
-        if final and g.cfg.prune and (e not in g.targets or (self.s.forloop > 1 and phase != "post")):
-            st.pruned["absexpr"] += 1  # the only output of the last kernel is not a reference output
-            return None
-        for t in self.tiles:
-            if t.expr == e and t.shape == shape and t.phase == phase and t.tags == tags:
-                st.pruned["duplicate"] += 1
-                return None
-        size = prod(shape) * self.itemsize
-        if self.smem + size > g.cfg.smem_capacity:
-            st.pruned["smem"] += 1
-            return None
-        self.tiles.append(BT(shape, e, phase, tags, partial, classes))
-        self.consumed.append(0)
-        for i in ins:
-            self.consumed[i] += 1
-        self.ops.append((kind, ins, attrs, self.last_rank))
-        self.last_rank = rank
-        self.smem += size
-        return True
+            return "absexpr"
+        return g.tile(shape, e, phase, tags, partial, classes)
 
     def pop(self):
         kind, ins, attrs, prev_rank = self.ops.pop()
         t = self.tiles.pop()
-        self.consumed.pop()
+        self._sp.pop()
+        self._dups[t.dup] -= 1
+        consumed = self.consumed
+        if not consumed.pop():
+            self.unconsumed -= 1
         for i in ins:
-            self.consumed[i] -= 1
-        self.smem -= prod(t.shape) * self.itemsize
+            consumed[i] -= 1
+            if not consumed[i]:
+                self.unconsumed += 1
+        self.smem -= t.n * self.itemsize
         self.last_rank = prev_rank
 
     def reducible(self, c) -> bool:
