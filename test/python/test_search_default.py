@@ -181,6 +181,62 @@ def test_residual_of_the_matmul_input_fuses():
     assert close(best.graph.evaluate(xs)[0], xs[0] @ xs[1] + xs[0])
 
 
+def _norm_reshape_proj(t=8, h=128, n=128, eps=1e-6, extra_user=False):
+    """RMSNorm with eps then a projection as transformers' LlamaRMSNorm + q_proj import:
+    x t x 1 x h, the gain 1 x 1 x h, the normalized x reshaped to t x h for the matmul."""
+    g = mi.new_kernel_graph("norm_reshape_proj")
+    x, gain, w = g.new_input((t, 1, h)), g.new_input((1, 1, h)), g.new_input((h, n))
+    ms = g.mul(g.reduction(g.square(x), 2), g.constant(1.0 / h, (1, 1, 1)))
+    r = g.rsqrt(g.add(ms, g.constant(eps, (1, 1, 1))))
+    y = g.mul(gain, g.mul(x, r))
+    g.mark_output(g.matmul(g._op("reshape", [y], None, shape=(t, h)), w))
+    if extra_user:  # the norm's result is also an output: it must not be computed twice
+        g.mark_output(y)
+    return g
+
+
+def _norm_reshape_proj_np(x, gain, w, eps=1e-6):
+    y = gain * x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+    return y.reshape(x.shape[0], -1) @ w
+
+
+def test_unit_dim_reshape_moves_to_the_inputs():
+    from mirage.search.partition import hoist_unit_reshapes
+
+    ref = _norm_reshape_proj()
+    h = hoist_unit_reshapes(ref)
+    kinds = [op.kind for op in h.ops]
+    # the reshapes read the inputs (views); the norm runs at t x h, up to the matmul
+    assert [op.inputs[0] for op in h.ops if op.kind == "reshape"] == [h.inputs[1], h.inputs[0]]
+    assert [op.outputs[0].shape for op in h.ops if op.kind == "reshape"] == [(128,), (8, 128)]
+    assert kinds[-1] == "matmul" and all(len(op.outputs[0].shape) == 2 for op in h.ops
+                                         if op.kind not in ("reshape", "constant"))
+    rng = np.random.default_rng(11)
+    xs = [rng.standard_normal((8, 1, 128)), rng.standard_normal((1, 1, 128)), rng.standard_normal((128, 128))]
+    want = _norm_reshape_proj_np(*xs)
+    assert close(ref.evaluate(xs)[0], want) and close(h.evaluate(xs)[0], want)
+    # an op with another user stays: the norm would be computed twice
+    kept = hoist_unit_reshapes(_norm_reshape_proj(extra_user=True))
+    assert [op.kind for op in kept.ops] == [op.kind for op in _norm_reshape_proj(extra_user=True).ops]
+
+
+def test_norm_fuses_with_its_projection_through_a_unit_dim_reshape():
+    """The reshape between the norm and q_proj was a partition barrier: the default search
+    returned the norm's kernel, the reshape and the matmul. Moved up to the inputs (a view:
+    no kernel), the norm and the projection fuse into one kernel."""
+    ref = _norm_reshape_proj()
+    res = superoptimize(ref, "auto", measure=False, workers=2, time_limit=60)
+    best = res.candidates[0]
+    assert best.key != "reference", res.report()
+    assert [op.kind for op in best.graph.ops if op.kind not in ("reshape", "constant")] == ["graph_def"], \
+        res.report()
+    assert all(op.inputs[0] in best.graph.inputs for op in best.graph.ops if op.kind == "reshape")
+    assert best.verification.startswith("equivalent"), best.verification
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal((8, 1, 128)), rng.standard_normal((1, 1, 128)), rng.standard_normal((128, 128))]
+    assert close(best.graph.evaluate(xs)[0], _norm_reshape_proj_np(*xs))
+
+
 def test_nothing_found_says_what_bound_the_search():
     # nothing to fuse: pow has no abstract expression, the search cannot rewrite it (a lone
     # matmul is no such case: its graph-defined rewrites with more blocks than the

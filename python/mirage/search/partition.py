@@ -161,6 +161,141 @@ def subprograms(ref: KNGraph, mode: str = "auto"):
     return order, bars
 
 
+def _nonunit(shape) -> tuple:
+    return tuple(n for n in shape if n != 1)
+
+
+def _unit_reshape(shape, to) -> bool:
+    """Whether a reshape from `shape` to `to` only drops or inserts dims of size 1."""
+    return tuple(shape) != tuple(to) and _nonunit(shape) == _nonunit(to)
+
+
+def _operand_shape(x, out, to):
+    """The shape operand `x` of an element-wise op with result shape `out` takes when the
+    op is computed in `to` (`out` up to unit dims): x's dims, as they broadcast against
+    `out`, placed at `to`'s dims; None where that is not x up to unit dims."""
+    pos = [d for d, n in enumerate(out) if n != 1]  # out's non-unit dims, in order
+    tpos = [d for d, n in enumerate(to) if n != 1]
+    new = [1] * len(to)
+    off = len(out) - len(x)
+    for d, td in zip(pos, tpos):
+        if d >= off:
+            new[td] = x[d - off]
+    new = tuple(new)
+    return new if _nonunit(new) == _nonunit(x) else None
+
+
+def hoist_unit_reshapes(ref: KNGraph) -> KNGraph:
+    """`ref` with each reshape that only drops or inserts unit dims (PyTorch's
+    `x.view(8, 4096)` of an `8x1x4096` norm before its projection) moved up to the inputs:
+    the element-wise ops, last-dim reductions and norms before it are computed in its
+    shape instead, on reshaped inputs (a view: no kernel, cost.py and the lowering skip a
+    reshape of row-major memory) and constants of that shape. A reshape is a partition
+    barrier: left in the middle, it split the norm from its matmul. Only where each op so
+    moved has no other user (nothing is computed twice); the same inputs and outputs,
+    the same elements computed (exact)."""
+    producer = {id(t): op for op in ref.ops for t in op.outputs}
+    users: dict = {}
+    for op in ref.ops:
+        for t in op.inputs:
+            users.setdefault(id(t), []).append(op)
+    outs = {id(t) for t in ref.outputs}
+
+    def operand_to(x, t, to):
+        """x's shape when its user t is computed in `to`; a broadcast input (a norm's
+        gain, imported as 1x1xh) without its leading unit dims (as the search fuses it)."""
+        xs = _operand_shape(x.shape, t.shape, to)
+        if xs is not None and id(x) not in producer and len(_nonunit(xs)) < len(_nonunit(to)):
+            while len(xs) > 1 and xs[0] == 1:
+                xs = xs[1:]
+        return xs
+
+    def chain(t, to, acc):
+        """Collect into `acc` the ops that compute t in shape `to`; False where one cannot."""
+        if tuple(t.shape) == tuple(to):
+            return True
+        if _nonunit(t.shape) != _nonunit(to):
+            return False
+        op = producer.get(id(t))
+        if op is None or op.kind == "constant":
+            return True
+        if id(t) in outs or op.kind not in O.ELEMENTWISE + ("reduction", "reduce_max", "rms_norm"):
+            return False
+        acc.add(id(op))
+        if op.kind in ("reduction", "reduce_max", "rms_norm"):
+            x = op.inputs[0]
+            last = op.kind == "rms_norm" or op.attrs["dim"] in (-1, len(x.shape) - 1)
+            if not last or to[-1] != t.shape[-1]:  # only the last dim keeps its place
+                return False
+            return chain(x, tuple(to[:-1]) + (x.shape[-1],), acc)
+        for x in op.inputs:
+            xs = operand_to(x, t, to)
+            if xs is None or not chain(x, xs, acc):
+                return False
+        return True
+
+    hoisted = set()  # id of the reshape ops moved
+    skip = set()  # id of the ops computed in a moved reshape's shape instead
+    for op in ref.ops:
+        if op.kind != "reshape" or not _unit_reshape(op.inputs[0].shape, op.outputs[0].shape):
+            continue
+        acc: set = set()
+        if not chain(op.inputs[0], tuple(op.outputs[0].shape), acc) or not acc:
+            continue
+        moved = acc | {id(op)}
+        if all(id(u) in moved for o in ref.ops if id(o) in acc for u in users.get(id(o.outputs[0]), [])):
+            hoisted.add(id(op))
+            skip |= acc
+    if not hoisted:
+        return ref
+    g = KNGraph(ref.name)
+    g.smem_capacity = ref.smem_capacity
+    env = {}
+    for k, t in enumerate(ref.inputs):
+        env[id(t)] = g.new_input(t.shape, ref.strides.get(k), t.dtype)
+    made: dict = {}  # (id(old tensor), shape) -> new tensor computing it in that shape
+
+    def value(t):
+        if id(t) not in env:  # a constant, made where it is used (the moved ops' are not)
+            c = producer[id(t)]
+            env[id(t)] = g.constant(c.attrs["value"], tuple(t.shape), t.dtype)
+        return env[id(t)]
+
+    def rebuild(t, to):
+        to = tuple(to)
+        if to == tuple(t.shape):
+            return value(t)
+        key = (id(t), to)
+        if key not in made:
+            op = producer.get(id(t))
+            if op is None:
+                made[key] = g._op("reshape", [env[id(t)]], t.dtype, shape=to)
+            elif op.kind == "constant":
+                made[key] = g.constant(op.attrs["value"], to, t.dtype)
+            elif op.kind in ("reduction", "reduce_max", "rms_norm"):
+                x = op.inputs[0]
+                nx = rebuild(x, to[:-1] + (x.shape[-1],))
+                attrs = dict(op.attrs)
+                if op.kind != "rms_norm":
+                    attrs["dim"] = len(to) - 1
+                made[key] = g._op(op.kind, [nx], t.dtype, **attrs)
+            else:
+                made[key] = g._op(op.kind, [rebuild(x, operand_to(x, t, to)) for x in op.inputs],
+                                  t.dtype, **op.attrs)
+        return made[key]
+
+    for op in ref.ops:
+        if id(op) in hoisted:
+            env[id(op.outputs[0])] = rebuild(op.inputs[0], op.outputs[0].shape)
+            continue
+        if id(op) in skip or op.kind == "constant":
+            continue
+        env[id(op.outputs[0])] = g._op(op.kind, [value(t) for t in op.inputs], op.outputs[0].dtype, **op.attrs)
+    for t in ref.outputs:
+        g.mark_output(value(t))
+    return g
+
+
 def needs_partition(ref: KNGraph, mode: str = "auto") -> bool:
     if mode == "off" or any(op.kind == "graph_def" for op in ref.ops):
         return False
@@ -213,6 +348,7 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search)
     from .config import auto_config, make_config
 
     t0 = time.monotonic()
+    full, ref = ref, hoist_unit_reshapes(ref)  # same inputs and outputs: plans of one are plans of the other
     units, bars = subprograms(ref, cfg.partition)
     index = {id(t): k for k, t in enumerate(ref.inputs)}
     n = len(ref.inputs)
@@ -272,13 +408,15 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search)
             index[id(t)] = remap[k]
         notes.append(f"subprogram {done_sub} ({len(u[1])} ops): best {best.cost.summary()}")
     plan = (tuple(plan_ops), tuple(index[id(t)] for t in ref.outputs))
-    cands = [reference_candidate(ref, device)]
-    if plan != B.reference_plan(ref):
-        stitched = _stitched(ref, plan, cfg, device, notes, t0 + cfg.time_limit)
+    cands = [reference_candidate(full, device)]
+    if plan not in (B.reference_plan(ref), B.reference_plan(full)):
+        stitched = _stitched(full, plan, cfg, device, notes, t0 + cfg.time_limit)  # checked against the program given
         if stitched is not None:
             cands = sorted(cands + [stitched], key=order)
     notes.insert(0, f"Lax partitioning ({cfg.partition}): {n_sub} subprogram(s), {len(bars)} op(s) kept")
-    return SearchResult(ref, cands, stats, time.monotonic() - t0, cfg, notes=notes)
+    if ref is not full:
+        notes.insert(1, "unit-dim reshapes moved up to the inputs (hoist_unit_reshapes)")
+    return SearchResult(full, cands, stats, time.monotonic() - t0, cfg, notes=notes)
 
 
 def _stitched(ref: KNGraph, plan, cfg, device, notes: list, deadline: float):
