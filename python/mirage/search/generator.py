@@ -22,9 +22,11 @@ the reference's (§4.3). Cheap semantic checks prune further, each counted by na
 The block-graph DFS visits millions of states at full size; what depends only on
 values, not on the state, is computed once: one `BT` per distinct tile value
 (`Generator.tile`), the tile a block op makes of given operand tiles or the check that
-rejects it (`_BlockCtx.dfs`'s memo), and the block ops over the tiles up to a given one
-(`_BlockCtx._ops_at`, by the sequence of their shapes). The states, the pruning counts
-and the candidates are those of the plain DFS.
+rejects it (`_BlockCtx._made`), the block ops over the tiles up to a given one
+(`_BlockCtx._ops_at`, by the sequence of their shapes), and those ops with their
+tiles per tile of a block graph, for all the states below it (`_BlockCtx._resolved`).
+The states, the pruning counts (but where a stop cuts a state short) and the
+candidates are those of the plain DFS.
 
 Complete candidates (kernel graphs whose outputs have the reference's abstract
 expressions, with no dead code) are returned as plans (plain tuples, picklable);
@@ -33,6 +35,7 @@ expressions, with no dead code) are returned as plans (plain tuples, picklable);
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -177,7 +180,7 @@ class Generator:
         self.probe_ops: int | None = None
         self._collectors: list = []
         # block-graph DFS: one BT per distinct tile value, op numbers, and the tiles that
-        # block ops make of given operand tiles (per loop length; `_BlockCtx.dfs`)
+        # block ops make of given operand tiles (per loop length; `_BlockCtx._made`)
         self._tiles: dict = {}
         self._dup_ids: dict = {}
         self._op_ids: dict = {}
@@ -548,6 +551,7 @@ class _BlockCtx:
         self._sp: list = []  # per tile: the number of the shapes of the tiles up to it
         for t in tiles:
             self._sp.append(gen.shape_prefix(self._sp[-1] if self._sp else -1, t.shape))
+        self._res: list = [None] * len(tiles)  # per tile m: `_resolved(m)`, once asked
         self._dups: dict = {}  # BT.dup -> how many of the tiles have it
         for t in tiles:
             self._dups[t.dup] = self._dups.get(t.dup, 0) + 1
@@ -586,52 +590,95 @@ class _BlockCtx:
             open_mid = {k for k in range(self.n_in, len(self.tiles)) if not self.consumed[k]}
             room = min(g.cfg.max_block_outputs, left - 1)
         pruned = g.stats.pruned
-        tiles = self.tiles
-        memo = self._memo
-        final = False
-        for kind, ins, attrs, rank, opid in self.candidates():
-            if leaf:
-                si = set(ins)
-                if not open_in <= si or len(open_mid - si) + 1 > room:
-                    pruned["budget"] += 1
+        if not leaf:
+            # the ops over tiles 0..m, with the tiles they make, are those every state
+            # whose tiles 0..m are these tries (`_resolved`); those rejected are counted
+            # in bulk, the others tried in canonical order
+            lr = self.last_rank
+            lo = 0 if lr is None else lr[0]
+            for m in range(lo, len(self.tiles)):
+                entries, viable, fails, ranks = self._resolved(m)
+                if m == lo and lr is not None:  # only ranks >= the last op's: a suffix
+                    for c, t in entries[bisect_left(ranks, lr):]:
+                        if t.__class__ is str:
+                            pruned[t] += 1
+                        elif self.push(t, c[0], c[1], c[2], c[3], False):
+                            yield from self.dfs()
+                            self.pop()
                     continue
-                final = self.last and not (open_mid - si)
-            # the operand-only part of the checks (phase, shape, partitioning, expression)
-            # depends on the operands' values, not on where they are: memoized by tile ids
-            if len(ins) == 1:
-                key = (opid, tiles[ins[0]].id)
-            else:
-                key = (opid, tiles[ins[0]].id, tiles[ins[1]].id)
-            t = memo.get(key)
-            if t is None:
-                t = memo[key] = self._new_tile(kind, [tiles[i] for i in ins], attrs)
+                for k, v in fails:
+                    pruned[k] += v
+                for c, t in viable:
+                    if self.push(t, c[0], c[1], c[2], c[3], False):
+                        yield from self.dfs()
+                        self.pop()
+            return
+        for c in self.candidates():
+            ins = c[1]
+            si = set(ins)
+            if not open_in <= si or len(open_mid - si) + 1 > room:
+                pruned["budget"] += 1
+                continue
+            t = self._made(c)
             if t.__class__ is str:
                 pruned[t] += 1
                 continue
-            if self.push(t, kind, ins, attrs, rank, final):
+            if self.push(t, c[0], ins, c[2], c[3], self.last and not (open_mid - si)):
                 yield from self.dfs()
                 self.pop()
+
+    def _made(self, c):
+        """The tile block op `c` makes of the current tiles, or the name of the check that
+        rejects it. The operand-only checks (phase, shape, partitioning, expression)
+        depend on the operands' values, not on where they are: memoized by tile numbers."""
+        kind, ins, attrs, rank, opid = c
+        tiles = self.tiles
+        if len(ins) == 1:
+            key = (opid, tiles[ins[0]].id)
+        else:
+            key = (opid, tiles[ins[0]].id, tiles[ins[1]].id)
+        t = self._memo.get(key)
+        if t is None:
+            t = self._memo[key] = self._new_tile(kind, [tiles[i] for i in ins], attrs)
+        return t
+
+    def _resolved(self, m: int):
+        """(entries, viable, rejected counts, ranks) of the block ops whose newest operand
+        is tile m: each with the tile it makes (`_made`) or why not, those that make one,
+        (check, count) of the others; kept while tile m is (`_res`)."""
+        r = self._res[m]
+        if r is None:
+            ops = self._ops_list(m)
+            entries = [(c, self._made(c)) for c in ops]
+            fails: dict = {}
+            viable = []
+            for c, t in entries:
+                if t.__class__ is str:
+                    fails[t] = fails.get(t, 0) + 1
+                else:
+                    viable.append((c, t))
+            r = self._res[m] = (entries, viable, tuple(fails.items()), [c[3] for c in ops])
+        return r
+
+    def _ops_list(self, m: int) -> list:
+        """`_ops_at(m)`, memoized by the shapes of tiles 0..m (and whether m accumulates)."""
+        key = (self._sp[m], self.s.forloop > 1 and self.tiles[m].phase == "pre")
+        g = self.g
+        lst = g._ops_memo.get(key)
+        if lst is None:
+            lst = g._ops_memo[key] = self._ops_at(m)
+            g.ops_memo_added(len(lst))
+        return lst
 
     def candidates(self):
         """The next block ops to try, in canonical order (rank never decreases): an op's
         newest operand is never older than the last op's, so only the ops whose newest
         operand is at or after it are taken, from `_ops_at` (memoized)."""
         lr = self.last_rank
-        if lr is None:
-            lo = 0
-        else:
-            lo = lr[0]
+        lo = 0 if lr is None else lr[0]
         out = []
-        memo = self.g._ops_memo
-        sp = self._sp
-        loop = self.s.forloop > 1
-        tiles = self.tiles
-        for m in range(lo, len(tiles)):
-            key = (sp[m], loop and tiles[m].phase == "pre")
-            lst = memo.get(key)
-            if lst is None:
-                lst = memo[key] = self._ops_at(m)
-                self.g.ops_memo_added(len(lst))
+        for m in range(lo, len(self.tiles)):
+            lst = self._ops_list(m)
             if m == lo and lr is not None:
                 out.extend(c for c in lst if not c[3] < lr)
             else:
@@ -702,6 +749,7 @@ class _BlockCtx:
             return False
         tiles.append(t)
         self._sp.append(g.shape_prefix(self._sp[-1], t.shape))
+        self._res.append(None)
         self._dups[t.dup] = self._dups.get(t.dup, 0) + 1
         consumed = self.consumed
         consumed.append(0)
@@ -752,6 +800,7 @@ class _BlockCtx:
         kind, ins, attrs, prev_rank = self.ops.pop()
         t = self.tiles.pop()
         self._sp.pop()
+        self._res.pop()
         self._dups[t.dup] -= 1
         consumed = self.consumed
         if not consumed.pop():
