@@ -214,16 +214,27 @@ def test_sm80_target():
     assert ".target sm_80" in ptx and MMA in ptx
 
 
-def test_strided_input_falls_back_to_element_copies():
+def _column_major_relu(rows: int, cols: int, ld: int):
     g = mi.new_kernel_graph("strided")
-    X = g.new_input((64, 64), strides=(1, 64))  # column-major
+    X = g.new_input((rows, cols), strides=(1, ld))  # column-major, `ld` between columns
     tb = mi.new_threadblock_graph((2, 1, 1), (128, 1, 1), 1)
     tX = tb.new_input(X, (0, -1, -1), -1)
     tb.new_output(tb.relu(tX), (0, -1, -1))
     g.mark_output(g.customized([X], tb)[0])
-    low, ptx = to_ptx(g)
-    assert "cp.async" not in ptx and low.kernels[0]["notes"]["cp_async_inputs"] == 0
+    return to_ptx(g)
+
+
+def test_strided_input_copied_along_its_contiguous_dim():
+    # the tile keeps the global's contiguous dim (rows) innermost: 16-byte cp.async chunks
+    low, ptx = _column_major_relu(64, 64, 64)
+    assert "cp.async.cg.shared.global" in ptx and low.kernels[0]["notes"]["cp_async_inputs"] == 1
     assert low.inputs[0]["strides"] == [1, 64]
+
+
+def test_strided_input_falls_back_to_element_copies():
+    # columns 66 elements apart: a chunk of 8 would not be 16-byte aligned
+    low, ptx = _column_major_relu(64, 64, 66)
+    assert "cp.async" not in ptx and low.kernels[0]["notes"]["cp_async_inputs"] == 0
 
 
 def test_call_without_gpu_raises_clear_error(monkeypatch):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..core.graph import KNGraph, Op, row_major_strides
 from .block import BlockLowering, KernelInfo, unsupported
@@ -110,11 +110,13 @@ def plan_graph(g: KNGraph, opts: Options, base: str | None = None) -> GraphPlan:
                         "strides": list(row_major_strides(t.shape))})
         out_slots.setdefault(id(t), k)
     buffers = []
-    views: set = set()  # id(DTensor) of reshapes lowered as views of their input's memory
+    views: dict[int, tuple] = {}  # id(DTensor) of a view of its input's memory -> its strides
 
     def strides_of(t):
+        if id(t) in views:
+            return views[id(t)]
         kind, i = loc[id(t)]
-        return tuple(inputs[i]["strides"]) if kind == "input" and id(t) not in views else row_major_strides(t.shape)
+        return tuple(inputs[i]["strides"]) if kind == "input" else row_major_strides(t.shape)
 
     def gl(t, kind, i, nm):
         return GlobalArg(nm, tuple(t.shape), tuple(strides_of(t)), t.dtype.mlir, t.dtype.itemsize)
@@ -143,12 +145,17 @@ def plan_graph(g: KNGraph, opts: Options, base: str | None = None) -> GraphPlan:
         kernels.append(Kernel(KernelPlan(body, ins, opts, "full", 1, bool(outs), kname, outs), outs, args, notes, op))
 
     for n, op in enumerate(g.ops):
-        if op.kind == "reshape" and id(op.outputs[0]) not in out_slots \
-                and strides_of(op.inputs[0]) == row_major_strides(op.inputs[0].shape):
-            # a reshape of row-major memory is that memory: no kernel, no buffer (a graph
-            # output keeps its copy kernel: the runtime allocates outputs separately)
-            loc[id(op.outputs[0])] = loc[id(op.inputs[0])]
-            views.add(id(op.outputs[0]))
+        out = op.outputs[0]
+        view = None
+        if id(out) not in out_slots:  # (a graph output is its own allocation: it keeps a kernel)
+            a = op.inputs[0] if op.inputs else None
+            if op.kind == "reshape" and strides_of(a) == row_major_strides(a.shape):
+                view = row_major_strides(out.shape)  # a reshape of row-major memory is that memory
+            elif op.kind == "transpose":  # its users read the input with permuted strides
+                view = tuple(strides_of(a)[p] for p in op.attrs["permutation"])
+        if view is not None:
+            loc[id(out)] = loc[id(a)]
+            views[id(out)] = tuple(view)
             continue
         for t in op.outputs:
             if id(t) in out_slots:
@@ -159,6 +166,17 @@ def plan_graph(g: KNGraph, opts: Options, base: str | None = None) -> GraphPlan:
         ins = [gl(t, *loc[id(t)], f"%in{j}") for j, t in enumerate(op.inputs)]
         outs = [gl(t, *loc[id(t)], f"%out{j}") for j, t in enumerate(op.outputs)]
         args = [{"kind": loc[id(t)][0], "index": loc[id(t)][1]} for t in list(op.inputs) + list(op.outputs)]
+        if op.kind == "concat":
+            # one copy kernel per operand into its slice of the output (one kernel would
+            # hold the whole concat dim in each block: 0.36 TB/s on a KV cache)
+            d = op.attrs["dim"] % len(out.shape)
+            at = 0
+            for j, (t, src) in enumerate(zip(op.inputs, ins)):
+                dst = replace(outs[0], name="%out0", shape=tuple(t.shape), offset=outs[0].offset + at * outs[0].strides[d])
+                emit(op, default_block_graph(Op("copy", [t], [t])), f"{base}_k{n}_{j}", [replace(src, name="%in0")],
+                     [dst], [args[j], args[-1]], {"kind": "concat"})
+                at += t.shape[d]
+            continue
         defined = op.kind == "graph_def"  # else a pre-defined op: its default block graph
         emit(op, op.body if defined else default_block_graph(op), f"{base}_k{n}", ins, outs, args,
              {} if defined else {"kind": op.kind})

@@ -162,10 +162,16 @@ class GlobalArg:
     strides: tuple
     elt: str
     itemsize: int
+    offset: int = 0  # elements from the buffer's start (a slice of a larger tensor)
 
     @property
     def span(self) -> int:
-        return 1 + sum((d - 1) * s for d, s in zip(self.shape, self.strides))
+        return self.offset + 1 + sum((d - 1) * s for d, s in zip(self.shape, self.strides))
+
+    def chunks_along(self, d: int, vec: int) -> bool:
+        """Whether dim d is contiguous and every vec-element chunk along it 16-byte aligned."""
+        return (self.strides[d] == 1 and self.offset % vec == 0
+                and all(s % vec == 0 for k, s in enumerate(self.strides) if k != d))
 
     @property
     def mtype(self) -> str:
@@ -316,7 +322,7 @@ def plan_rows(tb: TBGraph, ins: list[GlobalArg], outs: list[GlobalArg], opts: Op
     if L % V:
         return None
     for g, t in [(g, rec.stensor) for g, rec in zip(ins, tb.inputs)] + [(g, rec.stensor) for g, rec in zip(outs, tb.outputs)]:
-        if t.shape[-1] == L and L > 1 and (g.strides[-1] != 1 or any(s % V for s in g.strides[:-1])):
+        if t.shape[-1] == L and L > 1 and not g.chunks_along(len(g.shape) - 1, V):
             return None
     rows, n = prod(shape[:-1]), L // V
     T = nthreads
@@ -540,7 +546,7 @@ class KernelPlan:
         # which inputs are copied asynchronously, and how deep the ring is
         self.async_in = {}
         for k, rec in enumerate(tb.inputs):
-            self.async_in[k] = self._vec_copy(rec, self.ins[k]) if self.tiles[id(rec.stensor)].inner_last else 0
+            self.async_in[k] = self._vec_copy(rec, self.ins[k])
         varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1 and self.async_in[k]]
         self.flag = Tile((1,), "f32", 4) if self.fold else None
         # partial row sums of warps that share a row (`warp_rows` with few, long rows)
@@ -720,9 +726,10 @@ class KernelPlan:
             return 0
         vec = 16 // g.itemsize
         tile = rec.stensor.shape
-        if g.strides[-1] != 1 or tile[-1] % vec:
-            return 0
-        if any(s % vec for s in g.strides[:-1]):
+        # chunks along the tile's innermost dim (the last, or another where the layout put
+        # the global's contiguous dim innermost: a transposed view)
+        d = len(tile) - 1 if self.tiles[id(rec.stensor)].inner_last else self.tiles[id(rec.stensor)].inner % len(tile)
+        if not tile or tile[d] % vec or not g.chunks_along(d, vec):
             return 0
         return vec
 

@@ -83,6 +83,8 @@ class TileIO:
         bases = self._bases(g.shape, tile_shape, dmap, loop_dim)
         e = self.e
         blk = e.dot([b for b, _ in bases], g.strides)
+        if g.offset:
+            blk = e.add(blk, g.offset)
         it = sum(c * s for (_, c), s in zip(bases, g.strides))
         return blk, it
 
@@ -98,7 +100,23 @@ class TileIO:
         view = self.views[id(rec.stensor)] if stage is None else self._make_view(
             tile, e.add(tile.offset, e.mul(stage, tile.stage_bytes)))
         vec = self.p.async_in[k]
-        if vec:
+        if vec and not tile.inner_last:
+            # chunks along the tile's inner dim, which is the global's contiguous one
+            # (a transposed view): consecutive threads take consecutive chunks of it
+            d = tile.inner % len(shape)
+            order = [j for j in range(len(shape)) if j != d] + [d]
+            ext = [shape[j] // vec if j == d else shape[j] for j in order]
+            with e.for_(self.tid, prod(ext), self.p.nthreads) as c:
+                oc = e.delinearize(c, ext)
+                cs = [None] * len(shape)
+                for j, x in zip(order, oc):
+                    cs[j] = e.mul(x, vec) if j == d else x
+                goff = e.add(base, e.dot(cs, g.strides))
+                tok = e.fresh("tok")
+                bypass = " {bypassL1}" if vec * g.itemsize == 16 else ""
+                e.line(f"{tok} = nvgpu.device_async_copy {g.name}[{e.idx(goff)}], {view}[{e.idx(tile.offset_of(e, cs))}], "
+                       f"{vec}{bypass} : {g.mtype} to {tile.mtype}")
+        elif vec:
             cpr = shape[-1] // vec
             n = tile.rows * cpr
             with e.for_(self.tid, n, self.p.nthreads) as c:
@@ -142,7 +160,8 @@ class TileIO:
         base = e.add(blk, e.mul(it, itc)) if itc else blk
         shape = t.shape
         vec = 16 // g.itemsize
-        if shape and shape[-1] % vec == 0 and tile.ld % vec == 0 and tile.inner_last:
+        if shape and shape[-1] % vec == 0 and tile.ld % vec == 0 and tile.inner_last \
+                and g.chunks_along(len(shape) - 1, vec):
             cpr = shape[-1] // vec
             with e.for_(self.tid, tile.rows * cpr, self.p.nthreads) as c:
                 row = e.div(c, cpr)
