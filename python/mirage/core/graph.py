@@ -234,9 +234,11 @@ class TBGraph(_TensorOps):
         # decisions of the optimizer passes read back from the IR (`mirage.mlir.importer`),
         # which the lowering takes instead of deciding again: tile name (as
         # `optimize.plan.tile_names`) -> (innermost dim, swizzle bytes) from `tb.layout`;
-        # the order in which the ops run (indices of `ops`) from `tb.order`
+        # the order in which the ops run (indices of `ops`) from `tb.order`; per emitted
+        # kernel (full, partial, combine) the ring depth and buffer offsets from `tb.smem`
         self.recorded_layouts: dict[str, tuple[int, int]] = {}
         self.recorded_order: list[int] | None = None
+        self.recorded_smem: dict = {}
 
     def partition(self, shape, dmap, loop_dim, what: str) -> tuple[int, ...]:
         """Tile shape of a tensor of `shape` read with grid map `dmap` and `loop_dim`."""

@@ -61,7 +61,7 @@ def graph_hash(g: KNGraph) -> str:
     h = hashlib.sha256(g.to_mlir().encode())
     for op in g.ops:
         tb = op.body if op.kind == "graph_def" else None
-        rec = tb and (tb.recorded_layouts, tb.recorded_order, getattr(tb, "recorded_smem", None))
+        rec = tb and (tb.recorded_layouts, tb.recorded_order, tb.recorded_smem)
         if rec and any(rec):
             h.update(repr(rec).encode())
     return h.hexdigest()[:16]

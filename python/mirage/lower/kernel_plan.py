@@ -384,7 +384,7 @@ class KernelPlan:
         # the ring depth and offsets recorded in the IR for this kernel (`tb.smem`, read by the
         # importer: role -> (stages, {buffer: offset})), taken instead of planned; the record of
         # another lowering (other options) names other kernels or buffers: an error, never ignored
-        recorded = (getattr(tb, "recorded_smem", None) or {}) if opts.smem_plan else {}
+        recorded = tb.recorded_smem if opts.smem_plan else {}
         self.recorded = recorded.get(mode)
         if recorded and (self.recorded is None or self.rows):
             raise LoweringError(

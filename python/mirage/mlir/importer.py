@@ -261,7 +261,7 @@ def _read_smem(tb: TBGraph, gdef) -> None:
     for kernel in ir.DictAttr(gdef.attributes["tb.smem"]):
         stages, body = _SMEM.fullmatch(str(kernel.attr)).groups()
         rec[kernel.name] = (int(stages), {b.strip('"'): int(o) for b, o in _OFFSET.findall(body)})
-    tb.recorded_smem = rec  # (the model's TBGraph declares recorded_layouts / recorded_order)
+    tb.recorded_smem = rec
 
 
 def _import_function(func, smem_capacity: int | None, origins: dict) -> KNGraph:
