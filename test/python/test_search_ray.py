@@ -128,15 +128,15 @@ def test_a_worker_killed_mid_search_changes_nothing(cluster):
     killed = []
 
     def kill_one():
-        # into the enumeration (6 s here), then the first worker seen running an item
-        time.sleep(1.5)
+        # the first worker seen running an item (the enumeration takes ~1-2 s here since
+        # the block-DFS memos: a fixed wait before looking missed it)
         deadline = time.monotonic() + 20
         while not killed and time.monotonic() < deadline:
             for p in _task_workers():
                 os.kill(p, signal.SIGKILL)
                 killed.append(p)
                 break
-            time.sleep(0.05)
+            time.sleep(0.01)
 
     t = threading.Thread(target=kill_one)
     t.start()
