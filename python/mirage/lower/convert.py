@@ -2,8 +2,9 @@
 the launch plan (which kernels, in which order, on which tensors).
 
 Every kernel-graph op becomes one kernel (two with a split for-loop and no folded
-combine), except a `reshape` of row-major memory that is not a graph output: that is a
-view (its users read the input's memory with the new shape). Kernels are planned first
+combine), except: a `reshape` of row-major memory or a `transpose` that is not a graph
+output is a view (its users read the input's memory with the new shape, or permuted
+strides); a `concat` is one copy kernel per operand into its slice of the output. Kernels are planned first
 (`plan_graph`: a `KernelPlan` per kernel, from its block graph: a graph-defined kernel's
 own, or for a pre-defined op the default one of `predefined.py`), then emitted by
 `block.BlockLowering`; `--mirage-smem-plan` runs the first half only. Device tensors
