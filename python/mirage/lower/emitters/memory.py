@@ -111,11 +111,7 @@ class TileIO:
                 cs = [None] * len(shape)
                 for j, x in zip(order, oc):
                     cs[j] = e.mul(x, vec) if j == d else x
-                goff = e.add(base, e.dot(cs, g.strides))
-                tok = e.fresh("tok")
-                bypass = " {bypassL1}" if vec * g.itemsize == 16 else ""
-                e.line(f"{tok} = nvgpu.device_async_copy {g.name}[{e.idx(goff)}], {view}[{e.idx(tile.offset_of(e, cs))}], "
-                       f"{vec}{bypass} : {g.mtype} to {tile.mtype}")
+                self._cp_async(g, e.add(base, e.dot(cs, g.strides)), view, tile, tile.offset_of(e, cs), vec)
         elif vec:
             cpr = shape[-1] // vec
             n = tile.rows * cpr
@@ -132,16 +128,20 @@ class TileIO:
                     e.line(f'llvm.inline_asm has_side_effects "{EVICT_FIRST_COPY}", '
                            f'"l,l" {sa}, {ga} : (i64, i64) -> ()')
                 else:
-                    tok = e.fresh("tok")
-                    bypass = " {bypassL1}" if vec * g.itemsize == 16 else ""
-                    e.line(f"{tok} = nvgpu.device_async_copy {g.name}[{e.idx(goff)}], {view}[{e.idx(soff)}], "
-                           f"{vec}{bypass} : {g.mtype} to {tile.mtype}")
+                    self._cp_async(g, goff, view, tile, soff, vec)
         else:
             def body(cs):
                 goff = e.add(base, e.dot(cs, g.strides))
                 v = e.load(g.name, g.mtype, goff, g.elt)
                 e.store(v, view, tile.mtype, tile.offset_of(e, cs), tile.elt)
             self.elementwise(shape, body)
+
+    def _cp_async(self, g: GlobalArg, goff: Idx, view: str, tile: Tile, soff: Idx, vec: int) -> None:
+        e = self.e
+        tok = e.fresh("tok")
+        bypass = " {bypassL1}" if vec * g.itemsize == 16 else ""
+        e.line(f"{tok} = nvgpu.device_async_copy {g.name}[{e.idx(goff)}], {view}[{e.idx(soff)}], "
+               f"{vec}{bypass} : {g.mtype} to {tile.mtype}")
 
     def _gptr(self, k: int) -> str:
         """Byte address (index) of input k's global buffer, computed once at entry."""
