@@ -12,7 +12,7 @@ import pytest
 import mirage as mi
 from mirage.search import superoptimize
 from mirage.search.build import build
-from mirage.search.config import dim_classes, make_config, schedules
+from mirage.search.config import auto_config, dim_classes, make_config, schedules
 from mirage.search.partition import subprograms
 from mirage.search.prologue import hoist_scales
 from mirage.search.prologue import analyze
@@ -37,7 +37,9 @@ def close(got, want):
 def test_default_search_fuses(name):
     p = PROGRAMS[name]
     ref = p.reference("small")
-    res = superoptimize(ref, "auto", measure=False, workers=2, time_limit=60)
+    res = superoptimize(ref, measure=False, workers=2, time_limit=60)  # no preset: "auto"
+    preset, adapted = auto_config(ref)
+    assert res.config == make_config(preset, **{**adapted, "workers": 2, "time_limit": 60})
     best = res.candidates[0]
     assert best.key != "reference", f"{name}: nothing better than the reference\n{res.report()}"
     assert kernels(best.graph) < kernels(ref)
@@ -225,7 +227,9 @@ def test_norm_fuses_with_its_projection_through_a_unit_dim_reshape():
     returned the norm's kernel, the reshape and the matmul. Moved up to the inputs (a view:
     no kernel), the norm and the projection fuse into one kernel."""
     ref = _norm_reshape_proj()
-    res = superoptimize(ref, "auto", measure=False, workers=2, time_limit=60)
+    res = superoptimize(ref, measure=False, workers=2, time_limit=60)  # no preset: "auto"
+    preset, adapted = auto_config(ref)
+    assert res.config == make_config(preset, **{**adapted, "workers": 2, "time_limit": 60})
     best = res.candidates[0]
     assert best.key != "reference", res.report()
     assert [op.kind for op in best.graph.ops if op.kind not in ("reshape", "constant")] == ["graph_def"], \

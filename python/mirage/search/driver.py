@@ -182,10 +182,14 @@ BOUND_WINDOW = 2.0
 SPLIT_SHARE = 0.3
 
 
-def superoptimize(ref: KNGraph, config=None, verbose: bool = False, device: Target = DEFAULT,
+def superoptimize(ref: KNGraph, config="auto", verbose: bool = False, device: Target = DEFAULT,
                   cache_dir: str | None = None, measure=None, checkpoint: str | None = None,
                   **overrides) -> SearchResult:
     """Search μGraphs equivalent to `ref`; returns the ranked, verified candidates.
+
+    `config`: "auto" (default, as `g.superoptimize()` and the pass: a preset chosen from
+    the program), a preset name, None or "generic" (the unrestricted space), or a
+    `SearchConfig`; keyword overrides adjust it.
 
     `measure`: rank the verified candidates by their time on the GPU (`search.measure`):
     None (default) where this machine has one, True to require it, False for the cost
