@@ -5,8 +5,12 @@ each divided by an occupancy factor α in the spirit of MCFuser's performance mo
 (eqs. 2-5): with B blocks on S SMs the last wave is partly empty, so
 α = B / (ceil(B / S) · S), and a kernel with fewer blocks than SMs uses only B/S of the
 SMs (shared memory, compute); device memory saturates once about half the SMs stream
-(min(1, 2α) for a single wave). A pre-defined kernel op is costed as the graph-defined
-kernel of its default block graph (`lower.predefined`), which is how it is lowered.
+(min(1, 2α) for a single wave). The kernels costed are the ones the lowering
+(`lower.convert.plan_graph`) emits: a pre-defined kernel op is costed as the graph-defined
+kernel of its default block graph (`lower.predefined`); a concat as one copy kernel per
+operand into its slice of the output; a view (a reshape of row-major memory or a
+transpose, neither a graph output) is free; a graph output that no kernel writes (an
+input marked as output, or a tensor marked twice) costs a copy.
 
 - device-memory bytes: every block loads its input tiles (every iteration for inputs
   that the loop slices; once otherwise) and stores its output tiles; of an input tensor
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from math import ceil, prod
 
 from ..core import ops as O
-from ..core.graph import KNGraph, Op, TBGraph
+from ..core.graph import KNGraph, Op, TBGraph, row_major_strides
 from ..core.rules import smem_bytes
 from ..optimize.schedule import regions
 from ..target import DEFAULT, Target
@@ -98,14 +102,48 @@ def read_bound(blocks: int, reads, dev: Target = DEFAULT) -> float:
     return dev.launch + read_time(blocks, dram, l2, dev)
 
 
+def view_strides(g: KNGraph) -> dict[int, tuple]:
+    """id(DTensor) -> strides of each op output that the lowering makes a view of its
+    input's memory, not a kernel: a reshape of row-major memory, or a transpose (its users
+    read the input with permuted strides); never a graph output (that is its own
+    allocation). The same rule as `lower.convert.plan_graph`'s, which keeps it inline."""
+    outs = {id(t) for t in g.outputs}
+    strides = {id(t): g.strides.get(k, row_major_strides(t.shape)) for k, t in enumerate(g.inputs)}
+    views: dict[int, tuple] = {}
+    for op in g.ops:
+        out = op.outputs[0]
+        if id(out) in outs or not op.inputs:
+            continue
+        a = op.inputs[0]
+        sa = views[id(a)] if id(a) in views else strides.get(id(a), row_major_strides(a.shape))
+        if op.kind == "reshape" and tuple(sa) == tuple(row_major_strides(a.shape)):
+            views[id(out)] = tuple(row_major_strides(out.shape))
+        elif op.kind == "transpose":
+            views[id(out)] = tuple(sa[p] for p in op.attrs["permutation"])
+    return views
+
+
 def cost(g: KNGraph, dev: Target = DEFAULT) -> Cost:
+    views = view_strides(g)
     ks = []
     for op in g.ops:
         if op.kind == "graph_def":
             ks.append(_graph_def_cost(op, dev))
-        elif op.kind != "reshape":
+        elif id(op.outputs[0]) in views:
+            continue
+        elif op.kind == "concat":  # a copy kernel per operand into its slice of the output
+            ks += [replace(_copy_cost(t, dev), kind="concat") for t in op.inputs]
+        else:
             ks.append(_predefined_cost(op, dev))
+    written = {id(t) for op in g.ops for t in op.outputs}
+    for k, t in enumerate(g.outputs):  # outputs that no kernel writes get a copy
+        if id(t) not in written or any(u is t for u in g.outputs[:k]):
+            ks.append(_copy_cost(t, dev))
     return Cost(sum(k.time for k in ks), ks)
+
+
+def _copy_cost(t, dev: Target) -> KernelCost:
+    return _predefined_cost(Op("copy", [t], [t]), dev)
 
 
 def _predefined_cost(op, dev: Target) -> KernelCost:
