@@ -304,3 +304,26 @@ def test_candidates_far_slower_than_the_reference_are_not_checked():
     slow = [c for c in res.others if c.cost.time > limit]
     assert slow and all(not c.verification for c in slow)
     assert res.seconds < 60
+
+
+@pytest.mark.parametrize("formal", [True, False])
+def test_stitched_label_says_what_checked_the_subprograms(formal, monkeypatch):
+    """Two Lax subprograms on either side of a transpose (a barrier): the stitched program's
+    label names the formal verifier only where it ran on the subprograms' picks; with
+    `USE_FORMAL_VERIFIER = False` it said "formally verified" all the same."""
+    import mirage.search.check as CHK
+
+    monkeypatch.setattr(CHK, "USE_FORMAL_VERIFIER", formal)  # the forked check workers inherit it
+    g = mi.new_kernel_graph("two_parts")
+    x, y, z, w = (g.new_input((64, 64)) for _ in range(4))
+    g.mark_output(g.mul(g.exp(g.transpose(g.add(g.mul(x, y), z), (1, 0))), w))
+    res = superoptimize(g, measure=False, workers=1, time_limit=30)
+    best = res.candidates[0]
+    assert best.key != "reference" and res.notes[0].startswith("Lax partitioning"), res.report()
+    assert (res.stats.formal > 0) == formal  # what the subprograms' checks were
+    assert ("formally verified" in best.verification) == formal, best.verification
+    if not formal:
+        assert best.verification.startswith("float64 check"), best.verification
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal((64, 64)) for _ in range(4)]
+    assert close(best.graph.evaluate(xs)[0], np.exp((xs[0] * xs[1] + xs[2]).T) * xs[3])

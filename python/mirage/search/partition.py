@@ -423,9 +423,10 @@ def _stitched(ref: KNGraph, plan, cfg, device, notes: list, deadline: float):
     """The stitched program as a candidate, or None (with a note saying why).
 
     Each subprogram's pick passed the float64 check and the formal verifier against its
-    subprogram, and the other ops are the reference's own: the stitched program computes
-    the composition of equivalent functions, so it is equivalent to `ref` and verifying it
-    whole again proves nothing new. What could still be wrong is the stitching (a plan
+    subprogram (the float64 check alone where `check.USE_FORMAL_VERIFIER` is off: the
+    label says which), and the other ops are the reference's own: the stitched program
+    computes the composition of equivalent functions, so it is equivalent to `ref` and
+    verifying it whole again proves nothing new. What could still be wrong is the stitching (a plan
     index mapped to another tensor); one float64 trial on random inputs catches that (a
     mis-wired tensor changes the outputs) at a fraction of the cost of the whole-program
     verifier, which on a full-size decoder layer took ~40 s CPU and ran out of the time
@@ -448,5 +449,8 @@ def _stitched(ref: KNGraph, plan, cfg, device, notes: list, deadline: float):
     if not ok:
         notes.append("the stitched μGraph failed its float64 check (kept the reference)")
         return None
-    c.verification = "equivalent: each subprogram formally verified, the stitched program float64-checked"
+    # the subprograms' picks were checked as `check.USE_FORMAL_VERIFIER` says (driver._check_item)
+    c.verification = ("equivalent: each subprogram formally verified, the stitched program float64-checked"
+                      if CHK.USE_FORMAL_VERIFIER else
+                      "float64 check: each subprogram and the stitched program (the formal verifier is off)")
     return c
