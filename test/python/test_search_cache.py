@@ -105,3 +105,27 @@ def test_a_bad_entry_is_discarded_unless_a_writer_replaced_it_meanwhile(tmp_path
     monkeypatch.setattr(C, "parse_cached", real_parse)
     graphs = C.load(str(tmp_path), ref, CFG)
     assert graphs is not None and len(graphs) == 1
+
+
+def test_an_entry_of_another_program_is_checked_and_discarded(tmp_path):
+    # this user's MAC covers the key (the reference's MLIR): an entry copied under another
+    # program's key is not trusted, and the checks find the other signature
+    folder = str(tmp_path)
+    small, other = rmsnorm_ref(2, 256, 256), rmsnorm_ref(4, 256, 256)
+    os.replace(C.store(folder, small, CFG, programs(1)), C.path(folder, other, CFG))
+    with pytest.warns(UserWarning, match="takes or returns other tensors"):
+        assert C.load(folder, other, CFG) is None
+    assert os.listdir(folder) == []
+
+
+def test_entries_checked_without_the_formal_verifier_are_not_taken_by_a_verifying_run(tmp_path, monkeypatch):
+    import mirage.search.check as CHK
+
+    folder, ref = str(tmp_path), rmsnorm_ref(2, 256, 256)
+    monkeypatch.setattr(CHK, "USE_FORMAL_VERIFIER", False)
+    C.store(folder, ref, CFG, programs(1))
+    assert len(C.load(folder, ref, CFG)) == 1
+    monkeypatch.setattr(CHK, "USE_FORMAL_VERIFIER", True)
+    assert C.load(folder, ref, CFG) is None  # another key: searched (and verified) again
+    C.store(folder, ref, CFG, programs(2))
+    assert len(C.load(folder, ref, CFG)) == 2 and len(os.listdir(folder)) == 2
