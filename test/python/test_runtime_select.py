@@ -16,20 +16,30 @@ SHAPE = [4, 8]
 
 
 class TimingDriver(FakeDriver):
-    """FakeDriver plus a clock, events, device names and device memory: kernel `f` takes
-    `cost[f]` ms and writes `value[f]` into every element of its last argument."""
+    """FakeDriver plus a clock, events, device names, device memory and an L2 cache: kernel
+    `f` takes `cost[f]` ms (`warm[f]` ms when nothing overwrote the L2 cache since the last
+    launch) and writes `value[f]` into every element of its last argument."""
 
+    L2 = 50 << 20
     CUdevice_attribute = _Enum(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR=75,
-                               CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR=76)
+                               CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR=76,
+                               CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE=38)
     CUstreamCaptureMode = _Enum(CU_STREAM_CAPTURE_MODE_RELAXED=2)
 
-    def __init__(self, cost, value, name=b"NVIDIA H100 80GB HBM3"):
+    def __init__(self, cost, value, name=b"NVIDIA H100 80GB HBM3", warm=None):
         super().__init__({f: 2 for f in cost})
-        self.cost, self.value, self.name = cost, value, name
-        self.clock, self.events, self.mem = 0.0, {}, {}
+        self.cost, self.value, self.name, self.warm = cost, value, name, warm or {}
+        self.clock, self.events, self.mem, self.cold = 0.0, {}, {}, True
 
     def cuDeviceGetName(self, n, dev): return 0, self.name + b"\x00" * 4
-    def cuDeviceGetAttribute(self, attr, dev): return 0, (9 if attr == 75 else 0)
+    def cuDeviceGetAttribute(self, attr, dev): return 0, {75: 9, 38: self.L2}.get(attr, 0)
+    def cuMemsetD32Async(self, p, v, n, s):
+        self.cold = self.cold or 4 * n >= self.L2
+        return (0,)
+
+    def run(self, f):
+        self.clock += self.cost[f] if self.cold else self.warm.get(f, self.cost[f])
+        self.cold = False
     def cuEventCreate(self, flags):
         self.events[len(self.events)] = 0.0
         return 0, len(self.events) - 1
@@ -43,7 +53,7 @@ class TimingDriver(FakeDriver):
         if self.capturing:
             self.captured.append((f, self.launches.pop()["ptrs"][-1]))
             return r
-        self.clock += self.cost[f]
+        self.run(f)
         self.mem[self.launches[-1]["ptrs"][-1]] = self.value[f]
         return r
 
@@ -60,7 +70,7 @@ class TimingDriver(FakeDriver):
     def cuGraphInstantiate(self, g, flags): return 0, g
     def cuGraphLaunch(self, exe, s):
         for f, out in exe:
-            self.clock += self.cost[f]
+            self.run(f)
             self.mem[out] = self.value[f]
         return (0,)
     def cuGraphExecDestroy(self, e): return (0,)
@@ -121,6 +131,16 @@ def test_chooses_the_fastest_correct_variant_and_persists_it(variants, tmp_path,
     call(k3, drv3)
     assert k3.report["variant"] == "rank0" and k3.report["device"] == "NVIDIA H200 sm_90"
     assert len(json.load(open(tmp_path / "cache" / "variant_choices.json"))) == 2
+
+
+def test_variants_are_timed_on_a_cold_l2(variants):
+    """rank0 is the fastest when its inputs sit in L2 from the run before, rank1 when they
+    come from memory, as a model's weights do: the choice follows the cold times."""
+    drv = TimingDriver(COST, VALUE, warm={"rank0": 0.002})
+    k = load(variants, driver=drv, cache_dir=None)
+    call(k, drv)
+    assert k.report["variant"] == "rank1"
+    assert k.report["times_us"]["rank0"] == pytest.approx(30.0)
 
 
 def test_damaged_choice_file_is_measured_again(variants, tmp_path):
