@@ -185,7 +185,7 @@ class _Builder:
         dts = {i.dtype for i in ins}
         dt = attrs.pop("_dtype", None) or (dts.pop() if len(dts) == 1 else None)
         if dt is None:
-            raise GraphError(f"[dtype] operands mix element types")
+            raise GraphError("[dtype] operands mix element types")
         try:
             shape = O.OPS[kind].shape([i.shape for i in ins], attrs)
         except O.ShapeError as e:
@@ -790,7 +790,6 @@ def parse_tosa(text: str, context=None):
 
 def _generic(op, names: dict, out_names: list[str]) -> str:
     """An opaque TOSA op in generic form over our SSA names."""
-    ir = _ir()
     operands = ", ".join(names[v] for v in op.operands)
     attrs = ", ".join(f"{k} = {op.attributes[k]}" for k in op.attributes)
     ins_t = ", ".join(str(v.type) for v in op.operands)
