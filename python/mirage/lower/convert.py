@@ -92,6 +92,27 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
     return Lowered(g.name, graph_hash(g), gp.inputs, gp.outputs, gp.buffers, kernels, module, infos)
 
 
+def view_strides(g: KNGraph) -> dict[int, tuple]:
+    """id(DTensor) -> strides of each op output that is a view of its input's memory, not a
+    kernel: a reshape of row-major memory, or a transpose (its users read the input with
+    permuted strides); never a graph output (that is its own allocation). The search's cost
+    model reads the same rule."""
+    outs = {id(t) for t in g.outputs}
+    strides = {id(t): tuple(g.strides.get(k, row_major_strides(t.shape))) for k, t in enumerate(g.inputs)}
+    views: dict[int, tuple] = {}
+    for op in g.ops:
+        out = op.outputs[0]
+        if id(out) in outs or not op.inputs:
+            continue
+        a = op.inputs[0]
+        sa = views[id(a)] if id(a) in views else strides.get(id(a), tuple(row_major_strides(a.shape)))
+        if op.kind == "reshape" and tuple(sa) == tuple(row_major_strides(a.shape)):
+            views[id(out)] = tuple(row_major_strides(out.shape))
+        elif op.kind == "transpose":
+            views[id(out)] = tuple(sa[p] for p in op.attrs["permutation"])
+    return views
+
+
 def plan_graph(g: KNGraph, opts: Options, base: str | None = None) -> GraphPlan:
     """Every kernel of `g` with its plan, in launch order (`base`: the kernels' name prefix,
     default the graph's name)."""
@@ -111,7 +132,7 @@ def plan_graph(g: KNGraph, opts: Options, base: str | None = None) -> GraphPlan:
                         "strides": list(row_major_strides(t.shape))})
         out_slots.setdefault(id(t), k)
     buffers = []
-    views: dict[int, tuple] = {}  # id(DTensor) of a view of its input's memory -> its strides
+    views = view_strides(g)
 
     def strides_of(t):
         if id(t) in views:
@@ -147,16 +168,8 @@ def plan_graph(g: KNGraph, opts: Options, base: str | None = None) -> GraphPlan:
 
     for n, op in enumerate(g.ops):
         out = op.outputs[0]
-        view = None
-        if id(out) not in out_slots:  # (a graph output is its own allocation: it keeps a kernel)
-            a = op.inputs[0] if op.inputs else None
-            if op.kind == "reshape" and strides_of(a) == row_major_strides(a.shape):
-                view = row_major_strides(out.shape)  # a reshape of row-major memory is that memory
-            elif op.kind == "transpose":  # its users read the input with permuted strides
-                view = tuple(strides_of(a)[p] for p in op.attrs["permutation"])
-        if view is not None:
-            loc[id(out)] = loc[id(a)]
-            views[id(out)] = tuple(view)
+        if id(out) in views:
+            loc[id(out)] = loc[id(op.inputs[0])]
             continue
         for t in op.outputs:
             if id(t) in out_slots:

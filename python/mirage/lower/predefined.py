@@ -32,7 +32,12 @@ THREADS = 128
 ELEMWISE_TILE = 2048  # elements of the output tile per block (element-wise and layout ops)
 REDUCE_TILE = 4096    # elements of the input tile per block (reductions, norms)
 ROW_TILE = 4096       # longest reduced extent held in one tile; longer ones loop
-MM_TILE = (64, 64, 64)  # preferred BM, BN, BK of a matmul block
+# preferred BM, BN, BK of a matmul block. Narrow, deep tiles: at decode sizes a matmul
+# streams its weights, and 32 columns x 128 rows gives twice the blocks of 64 x 64 (no
+# split-K) with the same bytes per stage. H100, every benchmark's reference program
+# (2026-11-24): 64x64x64 -> 64x32x128 took GatedMLP bs8 61.8 -> 46.7 us, GQA bs1 38.7 ->
+# 28.4, QKNorm bs8 118.4 -> 106.6, RMSNorm+Linear bs1 31.7 -> 30.2; no row slower
+MM_TILE = (64, 32, 128)
 MM_TILE_MAX = 256  # largest matmul tile dim where no divisor fits the tensor-core tile
 # a matmul without tensor cores narrows its column tiles (to 8) to reach this many blocks,
 # about 4 an SM: P @ V over 4097 keys at batch 8 in 128 blocks of 64 columns ran one
@@ -245,18 +250,6 @@ def _transpose(op: Op) -> TBGraph:
     return _finish(tb, tb.transpose(tb.new_input(a, input_map=imap, forloop_dim=fd), perm), lay)
 
 
-def _concat(op: Op) -> TBGraph:
-    out = op.outputs[0].shape
-    d = op.attrs["dim"] % len(out)
-    lay = _Layout(_partition(out, [k for k in range(len(out)) if k != d], ELEMWISE_TILE))
-    tb = lay.new_graph()
-    ts = []
-    for t in op.inputs:
-        imap, fd = lay.imap(lambda k: k)
-        ts.append(tb.new_input(t, input_map=imap, forloop_dim=fd))
-    return _finish(tb, tb.concat(ts[0], ts[1], d), lay)
-
-
 def _repeat(op: Op) -> TBGraph:
     a = op.inputs[0]
     reps = op.attrs["repeats"]
@@ -294,8 +287,6 @@ def default_block_graph(op: Op) -> TBGraph:
             return _rms_norm(op)
         if k == "transpose":
             return _transpose(op)
-        if k == "concat":
-            return _concat(op)
         if k == "repeat":
             return _repeat(op)
         if k == "reshape":

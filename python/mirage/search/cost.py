@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from math import ceil, prod
 
 from ..core import ops as O
-from ..core.graph import KNGraph, Op, TBGraph, row_major_strides
+from ..core.graph import KNGraph, Op, TBGraph
 from ..core.rules import smem_bytes
 from ..optimize.schedule import regions
 from ..target import DEFAULT, Target
@@ -102,28 +102,9 @@ def read_bound(blocks: int, reads, dev: Target = DEFAULT) -> float:
     return dev.launch + read_time(blocks, dram, l2, dev)
 
 
-def view_strides(g: KNGraph) -> dict[int, tuple]:
-    """id(DTensor) -> strides of each op output that the lowering makes a view of its
-    input's memory, not a kernel: a reshape of row-major memory, or a transpose (its users
-    read the input with permuted strides); never a graph output (that is its own
-    allocation). The same rule as `lower.convert.plan_graph`'s, which keeps it inline."""
-    outs = {id(t) for t in g.outputs}
-    strides = {id(t): g.strides.get(k, row_major_strides(t.shape)) for k, t in enumerate(g.inputs)}
-    views: dict[int, tuple] = {}
-    for op in g.ops:
-        out = op.outputs[0]
-        if id(out) in outs or not op.inputs:
-            continue
-        a = op.inputs[0]
-        sa = views[id(a)] if id(a) in views else strides.get(id(a), row_major_strides(a.shape))
-        if op.kind == "reshape" and tuple(sa) == tuple(row_major_strides(a.shape)):
-            views[id(out)] = tuple(row_major_strides(out.shape))
-        elif op.kind == "transpose":
-            views[id(out)] = tuple(sa[p] for p in op.attrs["permutation"])
-    return views
-
-
 def cost(g: KNGraph, dev: Target = DEFAULT) -> Cost:
+    from ..lower.convert import view_strides  # the lowering's rule: these outputs are views
+
     views = view_strides(g)
     ks = []
     for op in g.ops:
