@@ -13,9 +13,7 @@ must visit the same states and pick the same best candidate (checked, shown).
 `--max-block-ops` (default 7; the preset's is 11) bounds the block graphs so that a
 one-worker run takes a minute or two, not an hour (GQA: 392,274 states at 7, 1.8 M at 9).
 `--no-checks` leaves out the checks of the best candidates (verify=False), so that a run
-times the seeds, the work items and the ranking; `--compare-order` adds a run at the
-largest worker count with the items dealt in `work_items`' order instead of largest first
-(`driver.by_size`).
+times the seeds, the work items and the ranking.
 
 `--independent` measures what the machine itself gives: per worker count N > 1, N
 independent one-worker searches of the same program at once (each its own process, the
@@ -35,6 +33,7 @@ import multiprocessing as mp
 import os
 import platform
 import re
+import resource
 import sys
 import time
 import warnings
@@ -43,28 +42,30 @@ sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "python"), os.path
 
 from search_benchmarks import BENCHMARKS  # noqa: E402
 from mirage.search import superoptimize  # noqa: E402
-from mirage.search import driver as D  # noqa: E402
 
 PROGRAMS = ("gqa", "qknorm_attention")
 
 
-def run(name, workers, a, order="largest first", executor=None):
-    """(result, enumeration seconds, load before, load after) of one search."""
+def cpu() -> float:
+    """CPU seconds of this process and its ended children (the local pool's workers, once joined)."""
+    return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF,
+                                                                         resource.RUSAGE_CHILDREN)))
+
+
+def run(name, workers, a, executor=None):
+    """(result, enumeration seconds, load before, load after, CPU seconds of all its processes)
+    of one search (the CPU time: None on Ray, whose workers are not this process's children)."""
     log = io.StringIO()  # the search's progress lines: the enumeration's time is on its "done" line
     load = os.getloadavg()[0]
-    by_size = D.by_size
-    if order != "largest first":  # the order of work_items (the most promising first)
-        D.by_size = lambda gen, items: items
-    try:
-        with contextlib.redirect_stderr(log), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # verify=False says that it returns unchecked candidates
-            res = superoptimize(BENCHMARKS[name].reference(1), "attention", workers=workers,
-                                executor=executor or a.executor, time_limit=a.time_limit,
-                                max_block_ops=a.max_block_ops, measure=False, verify=not a.no_checks, verbose=True)
-    finally:
-        D.by_size = by_size
+    c0 = cpu()
+    with contextlib.redirect_stderr(log), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # verify=False says that it returns unchecked candidates
+        res = superoptimize(BENCHMARKS[name].reference(1), "attention", workers=workers,
+                            executor=executor or a.executor, time_limit=a.time_limit,
+                            max_block_ops=a.max_block_ops, measure=False, verify=not a.no_checks, verbose=True)
     done = re.search(r"\[search\] enumeration done in ([0-9.]+) s", log.getvalue())
-    return res, float(done.group(1)), load, os.getloadavg()[0]
+    used = None if (executor or a.executor) == "ray" else cpu() - c0
+    return res, float(done.group(1)), load, os.getloadavg()[0], used
 
 
 def independent(name, n, a):
@@ -103,8 +104,6 @@ def main():
     ap.add_argument("--executor", choices=("ray", "local"), default="ray")
     ap.add_argument("--time-limit", type=float, default=7200, help="never reached: the searches run to the end")
     ap.add_argument("--no-checks", action="store_true", help="verify=False: no checks of the best candidates")
-    ap.add_argument("--compare-order", action="store_true",
-                    help="also the largest worker count with the items in work_items' order")
     ap.add_argument("--independent", action="store_true",
                     help="also N independent one-worker searches at once per worker count N > 1 (the machine's scaling)")
     ap.add_argument("--out")
@@ -130,8 +129,7 @@ def main():
         warnings.simplefilter("ignore")
         superoptimize(BENCHMARKS["gqa"].reference(1), "attention", workers=max(ws), executor=a.executor,
                       max_block_ops=6, measure=False, verify=not a.no_checks)
-    flags = (" --no-checks" if a.no_checks else "") + (" --compare-order" if a.compare_order else "") \
-        + (" --independent" if a.independent else "")
+    flags = (" --no-checks" if a.no_checks else "") + (" --independent" if a.independent else "")
     out = [f"# Search scaling over {'Ray workers' if a.executor == 'ray' else 'local worker processes'}", "",
            f"Date: {datetime.datetime.now():%Y-%m-%d %H:%M}. Driver: {platform.node()} ({platform.machine()}, "
            f"{os.cpu_count()} cores). {where}",
@@ -144,31 +142,31 @@ def main():
            "); *search*: "
            "the whole call: seeds, the items' size probe, enumeration, ranking"
            f"{'' if a.no_checks else ', the checks of the best 3 candidates not done by then (in parallel)'}; *other*: "
-           "search - enumeration (the driver's serial phases and the pool's start). *Order*: the order the "
-           "items are dealt in (largest first: `driver.by_size`; promising: `work_items`' order). Speedup and "
+           "search - enumeration (the driver's serial phases and the pool's start). Speedup and "
            "efficiency (speedup / workers) against one worker. Load: the 1-minute load average before / after "
-           "the run (other processes on the machine take cores from the workers)."
+           "the run (other processes on the machine take cores from the workers). *CPU*: the CPU time of the "
+           "search's processes (driver and local workers; not measured on Ray)."
            + (" *N at once*: N independent one-worker searches run together, mean (min-max) time t_N; "
               "*machine*: the machine's speedup with N busy CPUs, N x T_1 / t_N; *vs machine*: the search's "
               "efficiency against that, t_N / (N x T_N)." if a.independent else ""), ""]
     for name in a.names:
         more = " N at once | machine | vs machine |" if a.independent else ""
         out += [f"## {name}", "",
-                "| workers | order | enumeration | speedup | efficiency | search | speedup | efficiency | other "
+                "| workers | enumeration | speedup | efficiency | search | speedup | efficiency | other | CPU "
                 f"|{more} states | best | load |",
                 "|---|---|---|---|---|---|---|---|---|" + "---|" * (3 * a.independent) + "---|---|---|"]
         base = None
-        runs = [(w, "largest first") for w in ws] + ([(max(ws), "promising")] if a.compare_order else [])
         at_once = {}  # N -> the times of N independent one-worker searches
-        for w, order in runs:
+        for w in ws:
             t0 = time.monotonic()
-            res, enum, l0, l1 = run(name, w, a, order)
+            res, enum, l0, l1, used = run(name, w, a)
             total = time.monotonic() - t0
             if base is None:
                 base = (enum, total, res.stats.states, res.candidates[0].key)
             same = (res.stats.states, res.candidates[0].key) == base[2:]
-            row = (f"| {w} | {order} | {enum:.1f} s | {base[0] / enum:.2f} | {base[0] / enum / w:.2f} | "
-                   f"{total:.1f} s | {base[1] / total:.2f} | {base[1] / total / w:.2f} | {total - enum:.1f} s | ")
+            row = (f"| {w} | {enum:.1f} s | {base[0] / enum:.2f} | {base[0] / enum / w:.2f} | "
+                   f"{total:.1f} s | {base[1] / total:.2f} | {base[1] / total / w:.2f} | {total - enum:.1f} s | "
+                   f"{'-' if used is None else f'{used:.1f} s'} | ")
             if a.independent:
                 if w > 1 and w not in at_once:
                     at_once[w] = independent(name, w, a)

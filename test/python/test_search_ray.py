@@ -64,37 +64,103 @@ def test_ray_finds_what_the_local_pool_finds(cluster, name):
     assert_same(search(name, executor="ray"), local(name))
 
 
-def test_items_are_dealt_largest_first():
-    # driver.by_size's estimate ranks the items that visit the most states first (in the
-    # order of work_items, the second largest of GQA's comes 15th of 31)
+def _items(name):
+    """(ref, cfg, pro, bound, generator, work items) of a reduced program, as the driver makes them."""
     from mirage.search import driver as D
     from mirage.search.config import make_config
     from mirage.search.generator import Generator, Stats
-    from mirage.search.prologue import analyze
+    from mirage.search.prologue import aliased, analyze
 
-    make, limits = PROGRAMS["gqa"]
+    make, limits = PROGRAMS[name]
     ref, cfg = make(), make_config("attention", **limits)
-    pro = analyze(ref)
+    pro = analyze(ref) or aliased(ref)
     seeds = D._seeds(ref, cfg, D.DEFAULT, pro, Stats().pruned)
     bound = D.BOUND_WINDOW * min(c for _, c in seeds.values())
     gen = Generator(pro.core if pro is not None else ref, cfg, bound=bound)
-    items = D.work_items(gen, bound=bound)[0]
-    dealt = D.by_size(gen, items)
-    assert sorted(map(repr, dealt)) == sorted(map(repr, items))
+    return ref, cfg, pro, bound, gen, D.work_items(gen, bound=bound)[0]
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_an_item_cut_into_parts_visits_what_it_visits_whole(name):
+    # driver.split cuts an item where its kernel closes into several kernel states: its
+    # parts together visit the same states, count the same pruning and candidates and
+    # find the same plans at the same costs as the whole item
+    from collections import Counter
+
+    from mirage.search import driver as D
+
+    ref, cfg, pro, bound, gen, items = _items(name)
+    units, weights = D.split(gen, items)
+    assert len(units) == len(weights) > len(items)  # some items are cut (GQA 31 -> 73, QKNorm 31 -> 101)
     D._init_worker(None, None, ref, cfg, pro, bound, quiet=False)  # quiet would ignore Ctrl-C here and in the
     # processes the later tests start (an ignored SIGINT is inherited)
-    states = {repr(it): D._run_item(it)[1].states for it in items}
-    largest = sorted(states, key=lambda k: -states[k])[:4]
-    assert sorted(largest) == sorted(map(repr, dealt[:4])), [states[repr(it)] for it in dealt[:8]]
+    whole, parts = {}, {}
+    for it in items:
+        f, s = D._run_item(it)
+        whole[repr(it)] = (s.states, dict(s.pruned), s.candidates, s.rejected, f)
+    for u in units:
+        f, s = D._run_item(u)
+        p = parts.setdefault(repr(u[:3]), [0, Counter(), 0, 0, {}])
+        p[0] += s.states
+        p[1].update(s.pruned)
+        p[2] += s.candidates
+        p[3] += s.rejected
+        p[4].update(f)
+    assert whole == {k: (a, dict(b), c, d, e) for k, (a, b, c, d, e) in parts.items()}
+    assert sum(w[0] for w in whole.values()) > 10000
+
+
+def test_lanes_deal_every_unit_once_in_runs_of_one_kind():
+    # driver._Lanes: whatever the order in which workers return, every unit is dealt once,
+    # in calls of units consecutive in the kind order; a worker that continues its lane
+    # gets the units that follow its last call's, and a lane taken by a worker without
+    # one is the back of another lane (contiguous in that order)
+    import random
+
+    from mirage.search import driver as D
+
+    *_, gen, items = _items("qknorm")
+    units, weights = D.split(gen, items)
+    for seed in range(5):
+        rnd = random.Random(seed)
+        lanes = D._Lanes(units, weights, workers=4)
+        pos = {k: i for i, k in enumerate(lanes.order)}
+        dealt, flight, sizes = [], [], []
+
+        def deal(lane=None):
+            nxt = lanes.take(lane) if lanes.left else None
+            if nxt is not None:
+                lane_, call = nxt
+                assert [pos[k] for k in call] == list(range(pos[call[0]], pos[call[0]] + len(call)))
+                flight.append(nxt)
+                dealt.extend(call)
+                sizes.append(len(call))
+            return nxt
+
+        for _ in range(4):  # four workers start
+            deal()
+        while flight:
+            lane, call = flight.pop(rnd.randrange(len(flight)))
+            lanes.seen_call(call, rnd.random() * len(call))
+            if rnd.random() < 0.1:  # the worker runs a check instead: the lane waits
+                lanes.release(lane)
+                deal()
+            else:
+                nxt = deal(lane)
+                if nxt is not None and nxt[0] == lane:
+                    assert pos[nxt[1][0]] == pos[call[-1]] + 1  # the lane goes on in kind order
+        assert sorted(dealt) == list(range(len(units)))
+        assert not any(lanes.lanes)
+        assert max(sizes) > 1 and min(sizes) == 1  # calls of several units, single ones at the end
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_deal_order_does_not_change_the_result(monkeypatch, workers):
-    # the items dealt smallest first instead: the same states, candidates and verified programs
+    # the units dealt in another order (their text reversed: no kind order, no lanes of one
+    # kind): the same states, candidates and verified programs
     from mirage.search import driver as D
 
-    by_size = D.by_size
-    monkeypatch.setattr(D, "by_size", lambda gen, items: by_size(gen, items)[::-1])
+    monkeypatch.setattr(D, "_kind", lambda unit: repr(unit)[::-1])
     assert_same(search("gqa", workers=workers), local("gqa"))
 
 

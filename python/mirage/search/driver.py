@@ -1,9 +1,10 @@
 """`superoptimize`: run the generator (in parallel), verify, dedupe, rank, report.
 
 Work is split into items: the first kernel op of a candidate (a pre-defined op, or a
-graph-defined kernel over one input set with one schedule); each item runs the whole
-DFS below it in one worker process, builds and costs its complete candidates, and
-returns them with its statistics. Results are merged, deduplicated by canonical key
+graph-defined kernel over one input set with one schedule), cut where that kernel
+closes into several kernel states (`split`); each item runs the whole DFS below it in
+one worker process, builds and costs its complete candidates, and returns them with
+its statistics; items of one kind go to one worker where they can (`_Lanes`). Results are merged, deduplicated by canonical key
 and sorted by (cost, key), so the outcome does not depend on which worker ran what;
 with a time limit, what finishes in time does. The best candidates are then checked
 (float64, then the formal verifier) on the same workers, in rank order until `top_k`
@@ -88,30 +89,63 @@ def _run_item(item):
     return found, gen.stats
 
 
+def _run_units(units: list):
+    """`_run_item` of each of `units` in turn, one after another on this worker's generator
+    (whose value memos the later ones reuse); their results merged."""
+    found, stats = {}, Stats()
+    for u in units:
+        f, s = _run_item(u)
+        stats.merge(s)
+        for k, v in f.items():
+            found.setdefault(k, v)
+    return found, stats
+
+
 def _walk(gen: Generator, item, follow=None) -> None:
     """The DFS below work item `item` (its candidates go to `gen.on_candidate`);
-    `follow(state)` replaces the search after each kernel state of its graph-defined kernel."""
+    `follow(state)` replaces the search after each kernel state of its graph-defined kernel.
+    A part ("graph_def", I, sched, j, n) of a graph-defined item (`split`) searches only
+    after the kernel states whose `state_key` is the j-th distinct one of the n its
+    block-graph DFS makes: states of one key stay in one part, so `search_kernel`'s memo
+    hits, and with them the states and counts, are those of the whole item. Part 0
+    counts that DFS (states, pruning); the others run it uncounted."""
     st = gen.initial()
+    counted = gen.stats
+    uncounted = counted if len(item) < 5 or item[3] == 0 else Stats()
     try:
         if item[0] == "op":
             nst = gen.apply_op(st, item)
             if nst is not None:
                 gen.search_kernel(nst)
-        else:
-            _, I, sched = item
-            for nst in gen.graph_defs(st, I, [sched]):
-                (follow or gen.search_kernel)(nst)
+            return
+        follow = follow or gen.search_kernel
+        kernels = gen.graph_defs(st, item[1], [item[2]])
+        if len(item) < 5:
+            for nst in kernels:
+                follow(nst)
+            return
+        keys: dict = {}
+        while True:
+            gen.stats = uncounted
+            try:
+                nst = next(kernels)
+            except StopIteration:
+                return
+            finally:
+                gen.stats = counted
+            if keys.setdefault(gen.state_key(nst), len(keys)) == item[3]:
+                follow(nst)
     except Stop:
-        pass
+        counted.stopped = counted.stopped or uncounted.stopped
 
 
 def work_items(gen: Generator, device: Target = DEFAULT, bound: float | None = None) -> tuple[list, int]:
     """The first kernel op of every candidate, most promising first: graph-defined kernels
     over more inputs, then by `item_bound` (the time their blocks take to read their
     input tiles from device memory: replicated tiles are read once per block, few blocks
-    use part of the bandwidth), then shorter loops (`by_size` then deals them largest
-    first, in this order where its estimates tie). Items whose bound exceeds `bound` are
-    left out; returns (items, how many were)."""
+    use part of the bandwidth), then shorter loops. Items whose bound exceeds `bound`
+    are left out; returns (items, how many were). `split` cuts them into the units that
+    the workers run, `_Lanes` deals those."""
     st = gen.initial()
     items = []
     for c in gen.kernel_choices(st):
@@ -126,32 +160,138 @@ def work_items(gen: Generator, device: Target = DEFAULT, bound: float | None = N
     return [kept[k][1] for k in order], len(items) - len(kept)
 
 
-def by_size(gen: Generator, items: list) -> list:
-    """`items` largest first (ties in their given order), so that no long item starts
-    late and runs alone at the end: in the order of `work_items`, GQA's longest item
-    (6 % of the work) started more than half-way through, which bounded 16 workers to a
-    parallel efficiency of 0.66 (benchmarks/results/search_scaling.md). The size estimate
-    is a shallow probe of the item's search: its block graphs cut after one op
-    (`Generator.probe_ops`), the kernel states that its graph-defined kernel closes
-    counted but not searched (GQA's 373 items: 0.07 s). Deterministic; the order only
-    decides which items finish first: every item runs, and the results are merged and
-    ranked independently of it."""
-    def count(st):
-        gen.stats.kernel_states += 1
-
+def split(gen: Generator, items: list) -> tuple[list, list]:
+    """(units, weights): `items` with each graph-defined item whose kernel closes into n > 1
+    distinct kernel states cut into its n parts (`_walk`), so that no item is a large
+    share of the search (GQA at max_block_ops=8: one item was 7.6 % of the work, bounding
+    16 workers to 0.82; its kernel closes into 8 states); weight 1 for a unit whose
+    kernel closes into a state (what follows is searched), 0.01 for one that closes into
+    none (only its block-graph DFS runs). The cut is the block-graph DFS of each item's
+    first kernel, nothing after it (GQA: 0.1-0.2 s for 373 items). The same units for
+    every worker count and executor, and the same states and counts in all."""
     saved = gen.stats, gen._memo, gen.on_candidate
-    gen.probe_ops, gen.on_candidate = 1, lambda plan: None
-    sizes = []
+    units, weights = [], []
     try:
         for it in items:
-            gen.stats, gen._memo = Stats(), {}
-            _walk(gen, it, count)
-            sizes.append(gen.stats.states)
+            keys = set()
+            if it[0] == "op":
+                keys.add(None)
+            else:
+                gen.stats, gen._memo, gen.on_candidate = Stats(), {}, lambda plan: None
+                _walk(gen, it, lambda st: keys.add(gen.state_key(st)))
+            n = len(keys)
+            units += [it] if n <= 1 else [it + (j, n) for j in range(n)]
+            weights += [1.0 if n else 0.01] * max(1, n)
     finally:
-        gen.probe_ops = None
         gen.stats, gen._memo, gen.on_candidate = saved
-    order = sorted(range(len(items)), key=lambda k: (-sizes[k], k))
-    return [items[k] for k in order]
+    return units, weights
+
+
+def _kind(unit) -> tuple:
+    """Units of one kind share most of the generator's value memos (the same inputs and
+    loop, so the same tiles, shapes and schedules below): `_Lanes` keeps them together."""
+    if unit[0] == "op":
+        return (0, repr(unit))
+    s = unit[2]
+    return (1, unit[1], s.forloop, s.grid, s.maps) + tuple(unit[3:4])
+
+
+class _Lanes:
+    """Which unit a worker runs next. A worker builds its generator's value memos (tiles,
+    block ops, schedules: generator.py) for the kinds of units it runs: GQA's units dealt
+    in turn to 16 fresh generators took twice the CPU time of one generator running them
+    all (21.1 against 10.3 s, max_block_ops=7, in one process), and 16 contiguous runs of
+    them in `_kind` order 10.5 s. So the units, in `_kind` order, are cut into lanes, each
+    run front to back by one worker, in calls of several units (`_run_units`): a call
+    holds the lane's next units up to 1/(2 x workers) of the work left, so that a worker
+    runs runs of one kind whichever worker the pool hands a call to, and the calls get
+    shorter towards the end; the next call of a lane is submitted as its last returns,
+    when the worker that ran it is likely the one idle. A worker without a lane (at the
+    start, after a check, or at its lane's end) adopts a lane nobody runs, else takes the
+    back half of the lane with the most work left. Work is estimated from the times of
+    the calls seen so far, per kind of unit (per `weights` until then). Which worker runs
+    what changes no result: the units are independent."""
+
+    def __init__(self, units: list, weights: list, workers: int = 1):
+        self.workers = workers
+        order = sorted(range(len(units)), key=lambda k: (_kind(units[k]), k))
+        self.order = order
+        self.lanes = [order]  # per lane: its units left, front first
+        self.busy = [False]  # per lane: one of its units in flight
+        self.left = len(units)
+        self.weights = weights
+        # time seen per kind prefix: (has a state, inputs, loop length)
+        self.keys = [(weights[k] >= 1.0,) + (("op",) if u[0] == "op" else (u[1], u[2].forloop))
+                     for k, u in enumerate(units)]
+        self.seen_time: dict = {}
+
+    def seen(self, k: int, seconds: float) -> None:
+        key = self.keys[k]
+        for d in range(len(key) + 1):
+            t, n = self.seen_time.get(key[:d], (0.0, 0))
+            self.seen_time[key[:d]] = (t + seconds, n + 1)
+
+    def estimate(self, k: int) -> float:
+        key = self.keys[k]
+        for d in range(len(key), 0, -1):
+            hit = self.seen_time.get(key[:d])
+            if hit is not None:
+                return hit[0] / hit[1]
+        t, n = self.seen_time.get((), (0.0, 0))
+        return self.weights[k] * (t / n if n else 1.0)
+
+    def take(self, lane: int | None = None):
+        """(lane, unit indices): the next call of `lane` (whose last call just returned), or
+        of a lane for a worker without one; None when no unit is left."""
+        if lane is not None:
+            self.busy[lane] = False
+            if not self.lanes[lane]:
+                lane = None
+        if lane is None:
+            lane = self._new()
+            if lane is None:
+                return None
+        units = self.lanes[lane]
+        target = sum(self.estimate(k) for lane in self.lanes for k in lane) / (2 * self.workers)
+        n, work = 1, self.estimate(units[0])
+        while n < len(units) and work + self.estimate(units[n]) <= target:
+            work += self.estimate(units[n])
+            n += 1
+        call, self.lanes[lane] = units[:n], units[n:]
+        self.busy[lane] = True
+        self.left -= n
+        return lane, call
+
+    def seen_call(self, call: list, seconds: float) -> None:
+        """A call's time, shared among its units as estimated."""
+        est = [self.estimate(k) for k in call]
+        total = sum(est) or 1.0
+        for k, e in zip(call, est):
+            self.seen(k, seconds * e / total)
+
+    def release(self, lane: int) -> None:
+        """`lane`'s unit returned and its worker runs something else: the lane waits for another."""
+        self.busy[lane] = False
+
+    def _new(self):
+        for j, lane in enumerate(self.lanes):
+            if lane and not self.busy[j]:
+                return j
+        work = [sum(self.estimate(k) for k in lane) for lane in self.lanes]
+        j = max(range(len(self.lanes)), key=lambda j: (work[j], -j))
+        lane = self.lanes[j]
+        if not lane:
+            return None
+        cut, back = len(lane), 0.0  # the back half of its work, one unit at least
+        while cut > 1 and back + self.estimate(lane[cut - 1]) <= work[j] / 2:
+            cut -= 1
+            back += self.estimate(lane[cut])
+        if cut == len(lane):
+            cut -= 1
+        self.lanes[j], new = lane[:cut], lane[cut:]
+        self.lanes.append(new)
+        self.busy.append(False)
+        return len(self.lanes) - 1
 
 
 def item_bound(gen: Generator, item, device: Target = DEFAULT) -> float:
@@ -357,13 +497,14 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     bound = BOUND_WINDOW * min(c for _, c in found.values()) if found else None
     gen = Generator(pro.core if pro is not None else ref, cfg, bound=bound, device=device)
     items, skipped = work_items(gen, device, bound)
-    items = by_size(gen, items)
+    units, weights = split(gen, items)
     workers = cfg.workers or (X.ray_workers() if cfg.executor == "ray" else os.cpu_count() or 1)
-    workers = max(1, min(workers, len(items) or 1))
+    workers = max(1, min(workers, len(units) or 1))
+    lanes = _Lanes(units, weights, workers)
     if skipped:
         stats.pruned["bound"] += skipped
     progress = Progress(verbose)  # its phase starts after the workers are forked (it runs a thread)
-    enumeration = ("enumeration", len(items), "items", f"{len(items)} work items, {workers} worker(s)")
+    enumeration = ("enumeration", len(units), "items", f"{len(units)} work items, {workers} worker(s)")
 
     def absorb(res):
         f, s = res
@@ -377,8 +518,8 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
         _init_worker(enumeration_deadline, None, ref, cfg, pro, bound, device, quiet=False)
         try:
             progress.phase(*enumeration)  # in the try: Ctrl-C right after its line is handled
-            for it in items:
-                absorb(_run_item(it))
+            for k in lanes.order:
+                absorb(_run_item(units[k]))
                 if _W["gen"].stats.stopped and _W["gen"].stats.stopped != "state cap":
                     break
         except KeyboardInterrupt:
@@ -389,44 +530,47 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
         return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, checks, deadline, progress)
     pool = checks.pool = X.make(cfg.executor, workers, _init_worker, (ref, cfg, pro, bound, device),
                                 enumeration_deadline)
-    running = set()  # the work items in flight
-    nxt = 0
+    running: dict = {}  # the calls of work items in flight: pool handle -> (lane, units, start)
     ranked = (-1, [])  # (len(found), its ranking)
 
-    def deal():
+    def deal(lane=None):
         # the checks that the ranking so far wants go first, beside the items, so that the
         # search does not end waiting for them (the seeds alone rank GQA's and QKNorm's
         # final best 3 first); a check whose candidate a later item displaces is wasted,
         # never wrong: what is checked, and in which order, still follows from the final
         # ranking alone (`_verify_ranked`). Checks take half the workers at most, the items
-        # the others. One item queued per worker beyond those running: a worker that ends
-        # one starts the next without waiting for this process to answer (which doubled
-        # the gaps between a worker's calls: median 1.8 ms against 0.9, load 4), and a check
-        # started later waits for a queued item at most
-        nonlocal nxt, ranked
+        # the others. No call is queued behind the running ones: the worker that just
+        # returned `lane`'s call is likely the one idle, and takes that lane's next (`_Lanes`)
+        nonlocal ranked
         if cfg.verify:
             if ranked[0] != len(found):  # found only grows
                 ranked = (len(found), checks.rank(found)[0])
-            checks.start(ranked[1], workers // 2 - len(checks.running))
-        while stats.stopped != "interrupted" and nxt < len(items) and len(pool.running) < 2 * workers:
-            running.add(pool.submit(_run_item, items[nxt]))
-            nxt += 1
+            checks.start(ranked[1], min(workers // 2 - len(checks.running), workers - len(pool.running)))
+        while stats.stopped != "interrupted" and lanes.left and len(pool.running) < workers:
+            nxt, lane = lanes.take(lane), None
+            if nxt is None:
+                break
+            running[pool.submit(_run_units, [units[k] for k in nxt[1]])] = nxt + (time.monotonic(),)
+        if lane is not None:
+            lanes.release(lane)
 
     def collect():
+        """The lane whose call returned (its worker is idle), or None after a check."""
         h, out = pool.next_done()
-        if h in running:
-            running.discard(h)
-            absorb(out)
-        else:
+        if h not in running:
             checks.record(h, out)
+            return None
+        lane, call, start = running.pop(h)
+        lanes.seen_call(call, time.monotonic() - start)
+        absorb(out)
+        return lane
 
     try:
         try:
             progress.phase(*enumeration)  # in the try: Ctrl-C right after its line is handled
             deal()
             while running:
-                collect()
-                deal()
+                deal(collect())
         except KeyboardInterrupt:
             pool.stop()
             stats.stopped = "interrupted"

@@ -176,8 +176,6 @@ class Generator:
         self._tick = 0
         self._memo: dict = {}
         self._schedules: dict = {}  # (shapes, classes) of a kernel's inputs -> schedules_for
-        # block graphs are cut after this many ops when set (driver.by_size's shallow probe)
-        self.probe_ops: int | None = None
         self._collectors: list = []
         # block-graph DFS: one BT per distinct tile value, op numbers, and the tiles that
         # block ops make of given operand tiles (per loop length; `_BlockCtx._made`)
@@ -424,8 +422,7 @@ class Generator:
         if self.bound is not None and st["ops"] and self.partial_cost(st) > self.bound:
             self.stats.pruned["bound"] += 1  # what follows only adds kernels
             return
-        key = (tuple((t.expr, t.shape, t.classes, bool(st["consumed"][k])) for k, t in enumerate(st["tensors"])),
-               len(st["ops"]), st["ngd"], st["last_rank"])
+        key = self.state_key(st)
         memo = self._memo.get(key)
         n = len(st["ops"])
         if memo is not None:
@@ -440,6 +437,12 @@ class Generator:
         finally:
             got = self._collectors.pop()
         self._memo[key] = [(p[0][n:], p[1]) for p in got]
+
+    @staticmethod
+    def state_key(st) -> tuple:
+        """What the search below kernel state `st` depends on (`search_kernel`'s memo key)."""
+        return (tuple((t.expr, t.shape, t.classes, bool(st["consumed"][k])) for k, t in enumerate(st["tensors"])),
+                len(st["ops"]), st["ngd"], st["last_rank"])
 
     def expand(self, st, c):
         if c[0] == "op":
@@ -572,8 +575,6 @@ class _BlockCtx:
             closed = self.close()
             if closed is not None:
                 yield closed
-        if g.probe_ops is not None and len(self.ops) >= g.probe_ops:
-            return
         left = g.cfg.max_block_ops - self.used()
         unconsumed = self.unconsumed
         # each op lowers the unconsumed count by at most one, each output saver takes a slot
@@ -594,12 +595,9 @@ class _BlockCtx:
             # the ops over tiles 0..m, with the tiles they make, are those every state
             # whose tiles 0..m are these tries (`_resolved`); those rejected are counted
             # in bulk, the others tried in canonical order
-            lr = self.last_rank
-            lo = 0 if lr is None else lr[0]
-            for m in range(lo, len(self.tiles)):
-                entries, viable, fails, ranks = self._resolved(m)
-                if m == lo and lr is not None:  # only ranks >= the last op's: a suffix
-                    for c, t in entries[bisect_left(ranks, lr):]:
+            for (entries, viable, fails, _), start in self._next_ops():
+                if start:
+                    for c, t in entries[start:]:
                         if t.__class__ is str:
                             pruned[t] += 1
                         elif self.push(t, c[0], c[1], c[2], c[3], False):
@@ -613,19 +611,35 @@ class _BlockCtx:
                         yield from self.dfs()
                         self.pop()
             return
-        for c in self.candidates():
-            ins = c[1]
-            si = set(ins)
-            if not open_in <= si or len(open_mid - si) + 1 > room:
-                pruned["budget"] += 1
-                continue
-            t = self._made(c)
-            if t.__class__ is str:
-                pruned[t] += 1
-                continue
-            if self.push(t, c[0], ins, c[2], c[3], self.last and not (open_mid - si)):
-                yield from self.dfs()
-                self.pop()
+        for (entries, _, _, _), start in self._next_ops():
+            for c, t in entries[start:] if start else entries:
+                ins = c[1]
+                si = set(ins)
+                if not open_in <= si or len(open_mid - si) + 1 > room:
+                    pruned["budget"] += 1
+                    continue
+                if t.__class__ is str:
+                    pruned[t] += 1
+                    continue
+                if self.push(t, c[0], ins, c[2], c[3], self.last and not (open_mid - si)):
+                    yield from self.dfs()
+                    self.pop()
+
+    def _next_ops(self):
+        """The block ops that may follow the last one, in canonical order (rank never
+        decreases, so an op's newest operand is never older than the last op's): per tile
+        m from the last op's newest operand on, (`_resolved(m)`, start), the ops to try
+        being its entries from `start` on: all of them but on that operand's own tile,
+        where those of rank >= the last op's are a suffix (by bisection)."""
+        lr = self.last_rank
+        if lr is None:
+            lo = start = 0
+        else:
+            lo = lr[0]
+            start = bisect_left(self._resolved(lo)[3], lr)
+        yield self._resolved(lo), start
+        for m in range(lo + 1, len(self.tiles)):
+            yield self._resolved(m), 0
 
     def _made(self, c):
         """The tile block op `c` makes of the current tiles, or the name of the check that
@@ -670,26 +684,11 @@ class _BlockCtx:
             g.ops_memo_added(len(lst))
         return lst
 
-    def candidates(self):
-        """The next block ops to try, in canonical order (rank never decreases): an op's
-        newest operand is never older than the last op's, so only the ops whose newest
-        operand is at or after it are taken, from `_ops_at` (memoized)."""
-        lr = self.last_rank
-        lo = 0 if lr is None else lr[0]
-        out = []
-        for m in range(lo, len(self.tiles)):
-            lst = self._ops_list(m)
-            if m == lo and lr is not None:
-                out.extend(c for c in lst if not c[3] < lr)
-            else:
-                out.extend(lst)
-        return out
-
     def _ops_at(self, m: int) -> list:
         """The block ops whose newest operand is tile `m`, sorted by rank (stable: ops of
         one rank keep the order they are listed in). A function of the shapes of tiles
         0..m, of whether tile `m` varies per iteration of a loop (accumulators) and of
-        the generator's fixed settings: `candidates` memoizes it by the first two."""
+        the generator's fixed settings: `_ops_list` memoizes it by the first two."""
         g = self.g
         tiles = self.tiles
         t = tiles[m]
