@@ -98,27 +98,98 @@ def test_table2_identities(seed):
     assert _eq(m_whole, m_split)
 
 
+def _exact_matmul(a, b, m):
+    """a @ b mod m in Python integers (object arrays): the independent reference."""
+    return (np.einsum("...ij,...jk->...ik", a.astype(object), b.astype(object)) % m).astype(np.int64)
+
+
 def test_matmul_mod_exact_at_the_edges():
-    """The float64 BLAS matmul equals exact integer arithmetic, for residues near p - 1,
-    every limb plan (`_limb_plan`: one chunk at its longest, 128 terms, and several) and
-    batched operands that broadcast."""
-    from mirage.verify.field import _limb_plan, _matmul_mod
-    p = safe_primes(1)[0][0]
+    """The float64 BLAS matmul equals exact integer arithmetic, for residues near m - 1 (the
+    largest products), in both layouts and every digit count (`_mm_plan`), over contractions
+    of one chunk, a chunk and one term, and many chunks (K = 40000: a naive int64 sum of
+    products near 2^62 overflows after 2 terms, a float64 one is inexact after 1), for both
+    primes of a pair, and batched operands that broadcast."""
+    from mirage.verify.field import _chunk, _matmul_mod, _mm_plan
+    p, q = safe_primes(1)[0]
     rng = np.random.default_rng(0)
-    for k in (64, 128, 5000, 40000):  # every partial sum of a chunk stays exact
-        L, w, c = _limb_plan(k, p)
-        assert w * L >= 32 and c * 2 ** (w - 1) * (p - 1) < 2 ** 53
-    a = p - 1 - rng.integers(0, 3, (2, 1, 5, 200))
-    b = rng.integers(0, p, (1, 3, 200, 4))
-    exact = np.einsum("...ij,...jk->...ik", a.astype(object), b.astype(object)) % p
-    assert np.array_equal(_matmul_mod(a, b, p), exact.astype(np.int64))
-    for k in (2, 64, 127, 128, 129, 300, 4096, 5000, 16384, 20000):
-        a = p - 1 - rng.integers(0, 3, (3, k))
-        b = p - 1 - rng.integers(0, 3, (k, 2))
-        b[::7] = rng.integers(0, p, b[::7].shape)
-        exact = (a.astype(object) @ b.astype(object)) % p
-        assert np.array_equal(_matmul_mod(a, b, p), exact.astype(np.int64)), k
-        assert np.array_equal(_matmul_mod(b.T.copy(), a.T.copy(), p), exact.T.astype(np.int64)), k
+    for m in (p, q):
+        for how in ("free", "fold"):
+            for L in (2, 3, 4):
+                w, c = _chunk(how, L, m, 10**9)
+                assert w * L >= 32 and c * 2 ** (w - 1) * (m - 1) <= 2 ** 53 * (1 if how == "free" else 2)
+                for k in sorted({1, 64, c // L, c // L + 1, c, c + 1, 3 * c + 5}):
+                    if k > 40000:
+                        continue
+                    a = m - 1 - rng.integers(0, 3, (3, k))
+                    b = m - 1 - rng.integers(0, 3, (k, 2))
+                    b[::7] = rng.integers(0, m, b[::7].shape)
+                    exact = _exact_matmul(a, b, m)
+                    assert np.array_equal(_matmul_mod(a, b, m, (how, L)), exact), (m, how, L, k)
+                    assert np.array_equal(_matmul_mod(b.T.copy(), a.T.copy(), m, (how, L)), exact.T), (m, how, L, k)
+        for k in (2, 64, 127, 128, 129, 300, 4096, 5000, 16384, 40000):  # the chosen plan
+            a = m - 1 - rng.integers(0, 3, (3, k))
+            b = rng.integers(0, m, (k, 2))
+            b[::3] = m - 1
+            assert np.array_equal(_matmul_mod(a, b, m), _exact_matmul(a, b, m)), k
+        for sa, sb in (((2, 1, 5, 200), (1, 3, 200, 4)), ((2, 1, 4, 8), (1, 3, 8, 600)), ((64, 64), (64, 512))):
+            a = m - 1 - rng.integers(0, 3, sa)
+            b = rng.integers(0, m, sb)
+            exact = _exact_matmul(a, b, m)
+            for plan in (None, ("free", 2), ("fold", 2), ("fold", 3)):
+                assert np.array_equal(_matmul_mod(a, b, m, plan), exact), (sa, sb, plan)
+    assert _mm_plan((16, 256, 64), (16, 64, 4096), p)[0] == "fold"  # attention scores: one plane
+    assert _mm_plan((64, 4096), (4096, 4096), p)[0] == "free"  # GEMV-shaped: the weight read once
+
+
+def test_field_matmul_layouts_and_sums_are_exact():
+    """FieldArith.matmul of operands that broadcast along batch axes (a block graph's tiles:
+    grid and loop axes of size 1 in one operand) equals the exact product, and sums of a
+    product over any axis (forloop_accum over the loop axis: folded into the contraction)
+    equal the exact sums; a product reused within a trial is the same value."""
+    from mirage.verify.field import _Product
+    rng = np.random.default_rng(3)
+    ar = _fa(3)
+    shapes = [((2, 1, 3, 1, 1, 8, 16), (2, 4, 1, 5, 1, 16, 6)), ((2, 3, 4, 5), (2, 3, 5, 7)),
+              ((1, 1, 1, 4, 6, 32), (3, 1, 1, 4, 32, 5)), ((3, 1, 6, 8), (1, 1, 8, 9))]
+    for sa, sb in shapes:
+        a, b = _rand(ar, sa, rng), _rand(ar, sb, rng)
+        for comp, m in (("p", ar.p), ("q", ar.q)):
+            exact = _exact_matmul(getattr(a, comp), getattr(b, comp), m)
+            assert np.array_equal(getattr(ar.matmul(a, b), comp), exact), (sa, sb, comp)
+            for axis in range(len(sa)):
+                s = ar.sum(ar.matmul(a, b), axis)
+                assert isinstance(s, _Product)  # folded, not computed and summed
+                assert np.array_equal(getattr(s, comp), exact.sum(axis=axis, keepdims=True) % m), (sa, sb, axis)
+    a, b = _rand(ar, (2, 16, 64), rng), _rand(ar, (2, 64, 300), rng)
+    first = ar.matmul(a, b).p
+    again = ar.matmul(FV(a.p.copy(), a.q.copy()), FV(b.p.copy(), b.q.copy())).p
+    assert np.array_equal(first, again) and np.array_equal(first, _exact_matmul(a.p, b.p, ar.p))
+    b.p[0, 0, 0] = (b.p[0, 0, 0] + 1) % ar.p  # a different operand is not mistaken for the kept one
+    assert np.array_equal(ar.matmul(a, b).p, _exact_matmul(a.p, b.p, ar.p))
+
+
+def test_field_elementwise_ops_match_python_integers():
+    """The blocked element-wise ops (add, sub, mul, inverse, exp tables) equal Python-integer
+    arithmetic on arrays larger than one block, with broadcasting and strided operands."""
+    from mirage.verify.field import _BLOCK
+    rng = np.random.default_rng(5)
+    ar = _fa(5)
+    n = 3 * _BLOCK + 17
+    a = _rand(ar, (2, n // 64 + 1, 64), rng)
+    b = _rand(ar, (2, 1, 64), rng)
+    at = ar.apply(lambda x: np.swapaxes(x, 1, 2), _rand(ar, (2, 64, n // 64 + 1), rng))  # strided
+    for x, y in ((a, b), (at, b), (a, at)):
+        for comp, m in (("p", ar.p), ("q", ar.q)):
+            X, Y = getattr(x, comp).astype(object), getattr(y, comp).astype(object)
+            assert np.array_equal(getattr(ar.add(x, y), comp), ((X + Y) % m).astype(np.int64))
+            assert np.array_equal(getattr(ar.sub(x, y), comp), ((X - Y) % m).astype(np.int64))
+            assert np.array_equal(getattr(ar.mul(x, y), comp), ((X * Y) % m).astype(np.int64))
+    inv = ar.inverse(a)
+    assert np.all(ar.mul(a, inv).p == 1) and np.all(ar.mul(a, inv).q == 1)
+    e = ar.exp(a)
+    idx = [(0, 0, 0), (1, 5, 63), (1, n // 64, 7)]
+    for i in idx:
+        assert e.p[i] == pow(ar.omega, int(a.q[i]), ar.p)
 
 
 def test_random_functions_are_consistent_and_distinct():

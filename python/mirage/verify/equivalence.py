@@ -44,7 +44,7 @@ import numpy as np
 
 from ..core.graph import KNGraph
 from ..core.interpret import ReferenceOutputs, evaluate
-from .field import FieldArith, FieldZeroDivision, is_prime, safe_primes
+from .field import FV, FieldArith, FieldZeroDivision, is_prime, reusing_memory, safe_primes
 from .lax import Form, LaxReport, analyze
 
 # Normalized max error tolerated from one working precision (unit roundoff x a margin
@@ -233,6 +233,13 @@ def check_equivalence(reference: KNGraph, candidate: KNGraph, delta: float = 1e-
     gives the bound. A pair that passes ω^x but not the random model (equal only through
     identities of exp/sqrt, e.g. exp(a-b) = exp(a)/exp(b)) is reported equivalent with
     bound_met=False and the reason."""
+    with reusing_memory():  # the trials' large arrays reuse one another's buffers
+        return _check_equivalence(reference, candidate, delta, seed, max_trials, vacuous_trials, max_resamples,
+                                  primes, fp_check, fp_inputs, input_scales, fp_tolerance, progress, random_model)
+
+
+def _check_equivalence(reference, candidate, delta, seed, max_trials, vacuous_trials, max_resamples, primes,
+                       fp_check, fp_inputs, input_scales, fp_tolerance, progress, random_model):
     t0 = time.perf_counter()
     _check_arguments(reference, candidate, delta, seed, max_trials, vacuous_trials, max_resamples, primes,
                      fp_inputs, input_scales, fp_tolerance, progress)
@@ -374,11 +381,13 @@ def _trials(reference, candidate, n_trials, make_arith, rng, both: bool, res, ma
             ins = [ar.random_value(t.shape) for t in reference.inputs]
             try:
                 ro = _REFERENCE.get(reference, (state, ar.model, ar.p, ar.q, ar.track_q),
-                                    lambda: evaluate(reference, ins, arith=ar))
-                co = evaluate(candidate, ins, arith=ar)
+                                    lambda: _compared(evaluate(reference, ins, arith=ar), both))
+                co = _compared(evaluate(candidate, ins, arith=ar), both)
                 break
             except FieldZeroDivision:
                 res.zero_division_resamples += 1
+            finally:
+                ar.forget()
         else:
             return None, (f"every one of {max_resamples + 1} samples divided by zero in the field "
                           f"(a denominator is identically zero?)")
@@ -393,6 +402,12 @@ def _trials(reference, candidate, n_trials, make_arith, rng, both: bool, res, ma
                 idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(neq)), neq.shape))
                 return Difference(o, idx, int(a.p[idx]), int(b.p[idx]), res.trials), ""
     return None, ""
+
+
+def _compared(outs, both: bool) -> list:
+    """The components of the outputs that the comparison reads (Z_p; both with `both`), as plain
+    arrays: what is kept (the reference's, across checks) holds nothing else of the trial."""
+    return [FV(o.p, o.q if both else None) for o in outs]
 
 
 # the reference's outputs per trial: a check of several candidates against one reference
@@ -456,7 +471,9 @@ def fp_filter(reference: KNGraph, candidate: KNGraph, rng: np.random.Generator,
     info = {} if info is None else info
     if inputs is None:
         scales = scales or (1.0,) * len(reference.inputs)
-        inputs = [rng.standard_normal(t.shape) * s for t, s in zip(reference.inputs, scales)]
+        inputs = [rng.standard_normal(t.shape) for t in reference.inputs]
+        for x, s in zip(inputs, scales):
+            x *= s  # (in place: a fresh copy of a 100 MB weight costs more than the pass)
     inputs = [np.asarray(x, dtype=np.float64) for x in inputs]
 
     def finite(ys):
