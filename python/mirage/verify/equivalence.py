@@ -43,6 +43,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..core.graph import KNGraph
+from ..core.arith import FloatArith
 from ..core.interpret import ReferenceOutputs, evaluate
 from .field import FV, FieldArith, FieldZeroDivision, is_prime, reusing_memory, safe_primes
 from .lax import Form, LaxReport, analyze
@@ -458,6 +459,25 @@ def _random_model(reference, candidate, reports, delta, rng, res, max_trials, ma
                                      f"give {res.error_bound:.3g} > delta")
 
 
+class _InputsRoundedOnce(FloatArith):
+    """Working-precision arithmetic (`FloatArith(native=True)`) that rounds each of the given
+    input arrays once for both programs: rounding a weight to fp16 and back is the filter's
+    largest pass after the products."""
+
+    def __init__(self, inputs):
+        super().__init__(native=True)
+        self._inputs = {id(x): x for x in inputs}
+        self._rounded: dict = {}
+
+    def round(self, v, d):
+        if self._inputs.get(id(v)) is not v:
+            return super().round(v, d)
+        key = (id(v), d)
+        if key not in self._rounded:
+            self._rounded[key] = super().round(v, d)
+        return self._rounded[key]
+
+
 def fp_filter(reference: KNGraph, candidate: KNGraph, rng: np.random.Generator,
               inputs: Sequence[np.ndarray] | None = None, scales: Sequence[float] | None = None,
               tolerance: float | None = None, info: dict | None = None) -> tuple[bool, float, float, str]:
@@ -484,7 +504,8 @@ def fp_filter(reference: KNGraph, candidate: KNGraph, rng: np.random.Generator,
         while True:
             xs = inputs if factor == 1.0 else [x * factor for x in inputs]
             exact = evaluate(reference, xs)
-            ref_native = evaluate(reference, xs, dtype="native")
+            native = _InputsRoundedOnce(xs)
+            ref_native = evaluate(reference, xs, arith=native)
             if finite(exact) and finite(ref_native):
                 break
             if factor / 2 < FP_MIN_INPUT_SCALE:
@@ -493,7 +514,7 @@ def fp_filter(reference: KNGraph, candidate: KNGraph, rng: np.random.Generator,
                                 f"{factor:g}")
                 return True, 0.0, 0.0, ""
             factor /= 2
-        cand_native = evaluate(candidate, xs, dtype="native")
+        cand_native = evaluate(candidate, xs, arith=native)
     if factor != 1.0:
         info["scale"] = factor
         info["note"] = (f"floating-point filter inputs scaled by {factor:g}: at the unscaled inputs the reference "

@@ -876,7 +876,7 @@ def _uniform(rng: np.random.Generator, m: int, shape) -> np.ndarray:
     out = _empty((n,), np.int64)
     done = 0
     while done < n:
-        need = min(n - done, 1 << 19)  # (in pieces of 2 MB: below the size that gets fresh pages)
+        need = min(n - done, 1 << 16)  # (in pieces of 256 KB, which the allocator reuses)
         v = rng.bit_generator.random_raw(-(-need // 2)).view(np.uint32)[:need]
         v &= mask
         if (v >= m).any():
