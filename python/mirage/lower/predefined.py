@@ -26,18 +26,23 @@ from math import gcd, prod
 
 from ..core import ops as O
 from ..core.graph import Op, TBGraph
+from ..target import DEFAULT as DEFAULT_TARGET
 from .kernel_plan import LoweringError
 
 THREADS = 128
 ELEMWISE_TILE = 2048  # elements of the output tile per block (element-wise and layout ops)
 REDUCE_TILE = 4096    # elements of the input tile per block (reductions, norms)
 ROW_TILE = 4096       # longest reduced extent held in one tile; longer ones loop
-# preferred BM, BN, BK of a matmul block. Narrow, deep tiles: at decode sizes a matmul
-# streams its weights, and 32 columns x 128 rows gives twice the blocks of 64 x 64 (no
-# split-K) with the same bytes per stage. H100, every benchmark's reference program
-# (2026-11-24): 64x64x64 -> 64x32x128 took GatedMLP bs8 61.8 -> 46.7 us, GQA bs1 38.7 ->
-# 28.4, QKNorm bs8 118.4 -> 106.6, RMSNorm+Linear bs1 31.7 -> 30.2; no row slower
+# preferred BM, BN, BK of a matmul block. At decode sizes a matmul streams its weights:
+# narrow, deep tiles (32 columns, 128-row K steps) give twice the blocks of 64 x 64 without
+# split-K, unless the 64-wide grid already fills the SMs (N >= 64 x SMs) or the K loop is
+# long enough to split it well; then 64-wide tiles read 128-byte rows of W. H100 (exp_rt/p13,
+# 2026-11-24, one matmul, cold L2): 64x32x128 beat 64x64x64 for N <= 6144 at K = 4096
+# (M = 64: 30.6 -> 23.2 us; M = 2, N = 6144: 26.5 -> 25.3), lost at N = 14336 (47.9 vs
+# 56.6 us) and at K = 14336 (50.9 vs 53.7)
 MM_TILE = (64, 32, 128)
+MM_TILE_WIDE = (64, 64, 64)
+MM_LONG_K = 8192
 MM_TILE_MAX = 256  # largest matmul tile dim where no divisor fits the tensor-core tile
 # a matmul without tensor cores narrows its column tiles (to 8) to reach this many blocks,
 # about 4 an SM: P @ V over 4097 keys at batch 8 in 128 blocks of 64 columns ran one
@@ -199,7 +204,7 @@ def _matmul(op: Op) -> TBGraph:
     a, b = op.inputs
     rank = len(a.shape)
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-    bm, bn, bk = MM_TILE
+    bm, bn, bk = MM_TILE_WIDE if N >= 64 * DEFAULT_TARGET.sms or K >= MM_LONG_K else MM_TILE
     # tensor cores want tile K % 16 == 0 and N % 8 == 0; a dim with no such divisor takes
     # its largest divisor up to MM_TILE_MAX
     BM = M if M <= bm else _tile(M, bm, 16)

@@ -114,22 +114,27 @@ class _Costs:
             return ceil(b / item)  # one element per access (transposing copy)
         self._add(t, cost)
 
-    def _matmul_operand(self, t):
+    def _matmul_operand(self, t, pos: int):
         self.swizzle_needed.add(self.names[id(t)])
         phases, item = max(1, ceil(_bytes(t) / 128)), t.dtype.itemsize
+        # the FMA loop's threads run along the output's columns: a warp reads A at a few
+        # rows and one k (rows innermost: adjacent words), B along its columns. Otherwise a
+        # tie: P @ V over 4097 keys with P's k innermost ran 63.4 us, rows innermost 59.1
+        # (H100, qwen2 decode layer; benchmarks/results/arch_check.md)
+        along = len(t.shape) - 2 if pos == 0 else len(t.shape) - 1
 
         def cost(d, s):
             row = t.shape[d] * item
             if len(t.shape) < 2 or row % 16 or item != 2:
-                return ceil(_bytes(t) / item)  # no ldmatrix: element loads
+                return ceil(_bytes(t) / item) + (d != along)  # no ldmatrix: element loads
             return phases * ldmatrix_ways(row, s)
         self._add(t, cost)
 
     def _op(self, op):
         outs = op.outputs
         if op.kind == "matmul":
-            for t in op.inputs:
-                self._matmul_operand(t)
+            for pos, t in enumerate(op.inputs):
+                self._matmul_operand(t, pos)
             c = outs[0]
             w = _wavefronts(c)
             self._add(c, lambda d, s: w if d == len(c.shape) - 1 else 2 * w)
