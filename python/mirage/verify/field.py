@@ -47,7 +47,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 from typing import Callable, Sequence
@@ -63,17 +62,29 @@ class FieldZeroDivision(ArithmeticError):
     """A division by zero in Z_p or Z_q: the trial's inputs hit a root of a denominator."""
 
 
-@dataclass
 class FV:
     """A field value: Z_p and Z_q components (int64 arrays of one shape); `q` is None
-    where the arithmetic does not track exponents (programs without exp)."""
+    where the arithmetic does not track exponents (programs without exp). `q` may be given
+    as a function computing it, called when first read: an ω^x trial reads the Z_q part of a
+    value only where an exp (or a random function, or max) takes it, and compares outputs
+    on Z_p, so the Z_q parts downstream of the last exp (attention's P @ V) are never
+    computed. `qdepth`: how many pending functions computing q chain through this one."""
 
-    p: np.ndarray
-    q: np.ndarray | None
+    def __init__(self, p: np.ndarray, q, qdepth: int = 0):
+        self.p, self._q, self.qdepth = p, q, qdepth
+
+    @property
+    def q(self) -> np.ndarray | None:
+        if callable(self._q):
+            self._q, self.qdepth = self._q(), 0
+        return self._q
 
     @property
     def shape(self) -> tuple[int, ...]:
         return self.p.shape
+
+    def __repr__(self) -> str:
+        return f"FV(p={self.p!r}, q={self.q!r})"
 
 
 # -- primes -------------------------------------------------------------------------------
@@ -214,6 +225,9 @@ def _powmod_scalar_exp(x: np.ndarray, e: int, m: int) -> np.ndarray:
 # float64 integers are exact below 2^53; partial sums are kept below this margin so that a
 # reduction's quotient times m (|quotient·m| <= |r| + m) is exact as well
 _EXACT = (1 << 53) - (1 << 33)
+# a chain of pending Z_q computations (FV) longer than this is computed at once: reading
+# the end of a chain runs a few Python frames per link
+_QDEPTH = 32
 # products of at least this many multiply-adds are kept for reuse within a trial
 _MEMO_MACS = 1 << 24
 # the cost of one pass over an output-sized float64 array, in multiply-adds per element of
@@ -569,12 +583,20 @@ class FieldArith(Arith):
     def shape(self, v: FV):
         return v.shape
 
+    def _fv(self, p: np.ndarray, qfn: Callable, *deps: FV) -> FV:
+        """FV(p, qfn()): the Z_q part computed when read in an ω^x trial (see FV), else now."""
+        if not self.track_q:
+            return FV(p, None)
+        depth = 1 + max((d.qdepth for d in deps), default=0)
+        if self.model != "omega" or depth > _QDEPTH:
+            return FV(p, qfn())
+        return FV(p, qfn, depth)
+
     def apply(self, fn: Callable, *vs: FV) -> FV:
         if len(vs) == 1 and isinstance(vs[0], _Product) and vs[0].pending and _is_identity(fn, vs[0].shape):
             return vs[0]  # (a loop-invariant broadcast before an accumulator): stays a pending product
-        vp = fn(*[v.p for v in vs])
-        vq = fn(*[v.q for v in vs]) if self.track_q else None
-        return FV(vp, vq)
+        # (q now: the interpreter's structural functions close over variables it reassigns)
+        return FV(fn(*[v.p for v in vs]), fn(*[v.q for v in vs]) if self.track_q else None)
 
     def const(self, value: float, shape) -> FV:
         cp, cq = self.const_element(value)
@@ -602,7 +624,7 @@ class FieldArith(Arith):
         return cp, cq
 
     def _bin(self, a: FV, b: FV, f) -> FV:
-        return FV(f(a.p, b.p, self.p), f(a.q, b.q, self.q) if self.track_q else None)
+        return self._fv(f(a.p, b.p, self.p), lambda: f(a.q, b.q, self.q), a, b)
 
     def add(self, a, b):
         return self._bin(a, b, _addmod)
@@ -614,10 +636,14 @@ class FieldArith(Arith):
         return self._bin(a, b, _mulmod)
 
     def inverse(self, b: FV) -> FV:
-        if not np.all(b.p) or (self.track_q and not np.all(b.q)):
+        if not np.all(b.p):
             raise FieldZeroDivision("division by zero in the finite field")
-        return FV(_powmod_scalar_exp(b.p, self.p - 2, self.p),
-                  _powmod_scalar_exp(b.q, self.q - 2, self.q) if self.track_q else None)
+
+        def q():  # (a zero in a Z_q part that is never read does not matter)
+            if not np.all(b.q):
+                raise FieldZeroDivision("division by zero in the finite field")
+            return _powmod_scalar_exp(b.q, self.q - 2, self.q)
+        return self._fv(_powmod_scalar_exp(b.p, self.p - 2, self.p), q, b)
 
     def div(self, a, b):
         return self.mul(a, self.inverse(b))
@@ -672,8 +698,8 @@ class FieldArith(Arith):
         if isinstance(a, _Product) and a.pending:
             return self._sum_product(a, axis)
         # residues < 2^31: sums of fewer than 2^32 of them fit int64
-        return FV(a.p.sum(axis=axis, keepdims=True) % self.p,
-                  a.q.sum(axis=axis, keepdims=True) % self.q if self.track_q else None)
+        return self._fv(a.p.sum(axis=axis, keepdims=True) % self.p,
+                        lambda: a.q.sum(axis=axis, keepdims=True) % self.q, a)
 
     def _sum_product(self, v: "_Product", axis: int) -> "_Product":
         """sum(a @ b, axis) as one product: the interpreter sums a block graph's per-iteration
@@ -734,16 +760,23 @@ class FieldArith(Arith):
         c1, c2 = self._exp_q_key()
         p, q = self.p, self.q
 
-        def fn(op, oq, x):
-            np.multiply(lo[x & 0x7FFF], hi[x >> 15], out=op)
-            op %= p
-            np.multiply(x, c1, out=oq)
-            oq += c2
-            oq %= q
+        def fp(o, x):
+            np.multiply(lo[x & 0x7FFF], hi[x >> 15], out=o)
+            o %= p
+
+        def fq(o, x):
+            np.multiply(x, c1, out=o)
+            o += c2
+            o %= q
+
+        def exp_p(x):
+            return (_blockwise(fp, _new(x), x),)
 
         def exp_q(x):
-            return _blockwise(fn, (_new(x), _new(x)), x)
-        return FV(*(self._image("exp", exp_q, a.q) or exp_q(a.q)))
+            return (_blockwise(fq, _new(x), x),)
+        x = a.q
+        return self._fv((self._image("exp", exp_p, x) or exp_p(x))[0],
+                        lambda: (self._image("exp-q", exp_q, x) or exp_q(x))[0])
 
     def _exp_q_key(self) -> tuple[int, int]:
         k = int(_mix(np.array([_key("exp-q", self.seed)], dtype=np.uint64))[0])
@@ -774,8 +807,8 @@ class FieldArith(Arith):
     def sqrt(self, a):
         if self.model == "random":
             return FV(*self._hash(a.p, a.q, "sqrt"))
-        return FV(_powmod_scalar_exp(a.p, (self.p + 1) // 4, self.p),
-                  _powmod_scalar_exp(a.q, (self.q + 1) // 4, self.q) if self.track_q else None)
+        return self._fv(_powmod_scalar_exp(a.p, (self.p + 1) // 4, self.p),
+                        lambda: _powmod_scalar_exp(a.q, (self.q + 1) // 4, self.q), a)
 
     def _hash(self, xp, xq, name: str) -> tuple[np.ndarray, np.ndarray | None]:
         # (xp, xq) -> xp·2^31 + xq is injective (residues < 2^31); xor with a key and the
@@ -833,6 +866,9 @@ class _Product(FV):
     def __init__(self, ar: FieldArith, a: FV, b: FV):
         self._ar, self.operands, self._value = ar, (a, b), [None, None]
         self._shape = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])) + (a.shape[-2], b.shape[-1])
+        self.qdepth = 1 + max(a.qdepth, b.qdepth) if ar.track_q else 0
+        if self.qdepth > _QDEPTH:
+            self._force(1)
 
     @property
     def pending(self) -> bool:
@@ -845,6 +881,7 @@ class _Product(FV):
         if self._value[i] is None:
             a, b = self.operands
             self._value[i] = ar._product(a.p, b.p, ar.p) if i == 0 else ar._product(a.q, b.q, ar.q)
+            self.qdepth = 0 if i == 1 else self.qdepth
             if self._value[0] is not None and (self._value[1] is not None or not ar.track_q):
                 self.operands = None
         return self._value[i]
