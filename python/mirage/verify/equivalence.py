@@ -45,7 +45,7 @@ import numpy as np
 from ..core.graph import KNGraph
 from ..core.arith import FloatArith
 from ..core.interpret import ReferenceOutputs, evaluate
-from .field import FV, FieldArith, FieldZeroDivision, is_prime, reusing_memory, safe_primes
+from .field import FV, FieldArith, FieldZeroDivision, is_prime, release_free_buffers, reusing_memory, safe_primes
 from .lax import Form, LaxReport, analyze
 
 # Normalized max error tolerated from one working precision (unit roundoff x a margin
@@ -286,6 +286,7 @@ def _check_equivalence(reference, candidate, delta, seed, max_trials, vacuous_tr
         detail["note"] = f"{res.trials} trials of per-trial bound {eps:.3g} give {res.error_bound:.3g} > delta"
 
     if fp_check:
+        release_free_buffers()  # (the filter's float arrays are not pooled)
         info: dict = {}
         ok, err, tol, why = fp_filter(reference, candidate, np.random.default_rng(seed + 1),
                                       fp_inputs, input_scales, fp_tolerance, info)

@@ -377,6 +377,14 @@ def reusing_memory():
         _POOL.bufs = None
 
 
+def release_free_buffers() -> None:
+    """Return the pool's free buffers to the system (what runs next will not use them: held
+    memory makes the kernel's huge-page faults slower for everything else)."""
+    bufs = getattr(_POOL, "bufs", None)
+    if bufs is not None:
+        bufs[:] = [bufs[i] for i in range(len(bufs)) if sys.getrefcount(bufs[i]) > 2]
+
+
 def _empty(shape, dtype=np.float64) -> np.ndarray:
     """np.empty(shape, dtype), from the pool when one is active and the array is large."""
     shape, dt = tuple(int(n) for n in shape), np.dtype(dtype)
