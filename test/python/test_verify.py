@@ -450,6 +450,21 @@ MUTATION_COUNTS = {}
 
 @pytest.mark.parametrize("name", list(BENCHMARKS))
 def test_mutants_rejected(name):
+    _mutants_rejected(name)
+
+
+@pytest.mark.parametrize("name", list(BENCHMARKS))
+def test_mutants_rejected_with_every_reuse(name, monkeypatch):
+    """The same with the reuse of a trial's products and their images (`FieldArith._product`,
+    `_image`) and the buffer pool (`reusing_memory`) on for every size, not only full size:
+    a mutant whose product or buffer is mistaken for another's would be accepted."""
+    from mirage.verify import field
+    monkeypatch.setattr(field, "_MEMO_MACS", 0)
+    monkeypatch.setattr(field, "_BIG", 0)
+    _mutants_rejected(name)
+
+
+def _mutants_rejected(name):
     r, f = small(name)
     b = BENCHMARKS[name]
     rng = np.random.default_rng(0)
