@@ -160,30 +160,49 @@ def work_items(gen: Generator, device: Target = DEFAULT, bound: float | None = N
     return [kept[k][1] for k in order], len(items) - len(kept)
 
 
+# `split` runs each item's first block-graph DFS in this process: at most this many of its
+# block states per item (GQA's cut items: 13 at most), and this many for all items (the
+# unrestricted space of a small RMSNorm program: 1.1 M states over 808 items, 11 s);
+# an item past either limit stays whole
+SPLIT_ITEM_STATES = 500
+SPLIT_STATES = 10_000
+
+
 def split(gen: Generator, items: list) -> tuple[list, list]:
     """(units, weights): `items` with each graph-defined item whose kernel closes into n > 1
     distinct kernel states cut into its n parts (`_walk`), so that no item is a large
     share of the search (GQA at max_block_ops=8: one item was 7.6 % of the work, bounding
     16 workers to 0.82; its kernel closes into 8 states); weight 1 for a unit whose
     kernel closes into a state (what follows is searched), 0.01 for one that closes into
-    none (only its block-graph DFS runs). The cut is the block-graph DFS of each item's
-    first kernel, nothing after it (GQA: 0.1-0.2 s for 373 items). The same units for
-    every worker count and executor, and the same states and counts in all."""
-    saved = gen.stats, gen._memo, gen.on_candidate
+    none (only its block-graph DFS runs), 1 for an item not probed. The cut is the
+    block-graph DFS of each item's first kernel (within SPLIT_ITEM_STATES and
+    SPLIT_STATES: GQA 0.1-0.2 s for 373 items), nothing after it. Deterministic, and the
+    same states and counts as the whole items; with a state cap (`max_states`, per work
+    item) nothing is cut, so that the cap keeps its meaning."""
+    if gen.cfg.max_states is not None:
+        return list(items), [1.0] * len(items)
+    saved = gen.stats, gen._memo, gen.on_candidate, gen.cfg
     units, weights = [], []
+    budget = SPLIT_STATES
     try:
         for it in items:
             keys = set()
             if it[0] == "op":
                 keys.add(None)
-            else:
+            elif budget > 0:
+                gen.cfg = saved[3].with_(max_states=min(SPLIT_ITEM_STATES, budget))
                 gen.stats, gen._memo, gen.on_candidate = Stats(), {}, lambda plan: None
                 _walk(gen, it, lambda st: keys.add(gen.state_key(st)))
+                budget -= gen.stats.states
+                if gen.stats.stopped:  # cut short: not known, left whole
+                    keys = {None}
+            else:
+                keys.add(None)
             n = len(keys)
             units += [it] if n <= 1 else [it + (j, n) for j in range(n)]
             weights += [1.0 if n else 0.01] * max(1, n)
     finally:
-        gen.stats, gen._memo, gen.on_candidate = saved
+        gen.stats, gen._memo, gen.on_candidate, gen.cfg = saved
     return units, weights
 
 
