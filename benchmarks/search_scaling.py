@@ -46,15 +46,16 @@ from mirage.search import superoptimize  # noqa: E402
 PROGRAMS = ("gqa", "qknorm_attention")
 
 
-def cpu() -> float:
-    """CPU seconds of this process and its ended children (the local pool's workers, once joined)."""
-    return sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF,
-                                                                         resource.RUSAGE_CHILDREN)))
+def cpu() -> tuple[float, float]:
+    """(user, system) CPU seconds of this process and its ended children (the local pool's
+    workers, once joined)."""
+    rs = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(r.ru_utime for r in rs), sum(r.ru_stime for r in rs)
 
 
 def run(name, workers, a, executor=None):
-    """(result, enumeration seconds, load before, load after, CPU seconds of all its processes)
-    of one search (the CPU time: None on Ray, whose workers are not this process's children)."""
+    """(result, enumeration seconds, load before, load after, (user, system) CPU seconds of
+    all its processes) of one search (None on Ray, whose workers are not this process's children)."""
     log = io.StringIO()  # the search's progress lines: the enumeration's time is on its "done" line
     load = os.getloadavg()[0]
     c0 = cpu()
@@ -64,7 +65,7 @@ def run(name, workers, a, executor=None):
                             executor=executor or a.executor, time_limit=a.time_limit,
                             max_block_ops=a.max_block_ops, measure=False, verify=not a.no_checks, verbose=True)
     done = re.search(r"\[search\] enumeration done in ([0-9.]+) s", log.getvalue())
-    used = None if (executor or a.executor) == "ray" else cpu() - c0
+    used = None if (executor or a.executor) == "ray" else tuple(x - y for x, y in zip(cpu(), c0))
     return res, float(done.group(1)), load, os.getloadavg()[0], used
 
 
@@ -145,7 +146,7 @@ def main():
            "search - enumeration (the driver's serial phases and the pool's start). Speedup and "
            "efficiency (speedup / workers) against one worker. Load: the 1-minute load average before / after "
            "the run (other processes on the machine take cores from the workers). *CPU*: the CPU time of the "
-           "search's processes (driver and local workers; not measured on Ray)."
+           "search's processes, user + system (driver and local workers; not measured on Ray)."
            + (" *N at once*: N independent one-worker searches run together, mean (min-max) time t_N; "
               "*machine*: the machine's speedup with N busy CPUs, N x T_1 / t_N; *vs machine*: the search's "
               "efficiency against that, t_N / (N x T_N)." if a.independent else ""), ""]
@@ -166,7 +167,7 @@ def main():
             same = (res.stats.states, res.candidates[0].key) == base[2:]
             row = (f"| {w} | {enum:.1f} s | {base[0] / enum:.2f} | {base[0] / enum / w:.2f} | "
                    f"{total:.1f} s | {base[1] / total:.2f} | {base[1] / total / w:.2f} | {total - enum:.1f} s | "
-                   f"{'-' if used is None else f'{used:.1f} s'} | ")
+                   f"{'-' if used is None else f'{sum(used):.1f} s (sys {used[1]:.1f})'} | ")
             if a.independent:
                 if w > 1 and w not in at_once:
                     at_once[w] = independent(name, w, a)
