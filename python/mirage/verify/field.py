@@ -687,12 +687,13 @@ class FieldArith(Arith):
         r = max(a.ndim, b.ndim)
         a, b = (x.reshape((1,) * (r - x.ndim) + x.shape) for x in (a, b))
         ao, as_, bo, bs, rs, ro = _layout(a.shape, b.shape)
-        a, b = _reshaped(a.transpose(ao), as_), _reshaped(b.transpose(bo), bs)
+        a, b = a.transpose(ao), b.transpose(bo)  # (views: compared before they are copied)
         for mm, ea, eb, ec in self._products:
-            if mm == m and _equal(ea, a) and _equal(eb, b):
+            if mm == m and ea.shape == as_ and eb.shape == bs and _equal(ea, a) and _equal(eb, b):
                 c = ec
                 break
         else:
+            a, b = _reshaped(a, as_), _reshaped(b, bs)
             c = _matmul_mod(a, b, m)
             if c.size * a.shape[-1] < _MEMO_MACS:
                 return c.reshape(rs).transpose(ro)
@@ -898,13 +899,21 @@ class _Product(FV):
     shape = property(lambda self: self._shape)
 
 
-def _equal(x: np.ndarray, y: np.ndarray) -> bool:
-    """np.array_equal, its first rows compared first (different operands of one shape, W1 and
-    W2, differ there: no pass over the whole)."""
-    if x.shape != y.shape:
+def _equal(x: np.ndarray, t: np.ndarray) -> bool:
+    """Whether x equals t.reshape(x.shape) (C order; x: a kept operand, t: a view whose
+    reshape would copy), compared without the copy where x reshapes to t's shape as a view;
+    the first rows first (different operands of one shape, W1 and W2, differ there: no pass
+    over the whole)."""
+    if x.size != t.size:
         return False
+    if x.size == 0:
+        return True
+    try:
+        x = np.reshape(x, t.shape, copy=False)
+    except ValueError:
+        t = _reshaped(t, x.shape)
     head = (0,) * (x.ndim - 1)
-    return bool(np.array_equal(x[head], y[head]) and np.array_equal(x, y))
+    return bool(np.array_equal(x[head], t[head]) and np.array_equal(x, t))
 
 
 def _is_identity(fn: Callable, shape) -> bool:
