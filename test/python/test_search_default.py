@@ -15,7 +15,7 @@ from mirage.search.build import build
 from mirage.search.config import auto_config, dim_classes, make_config, schedules
 from mirage.search.partition import subprograms
 from mirage.search.prologue import hoist_scales
-from mirage.search.prologue import analyze
+from mirage.search.prologue import analyze, fold
 from mirage.search.seed import attention_seeds, row_seeds
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
@@ -154,7 +154,7 @@ def test_attention_seeds_are_flash_decoding():
     xs = p.random_inputs("small", rng)
     want = p.numpy(*xs)
     for plan in plans:
-        g = build(ref, pro.fold(plan))
+        g = build(ref, fold(pro, plan))
         assert [op.kind for op in g.ops] == ["graph_def", "graph_def"]
         assert g.ops[0].body.grid_dim[1] > 1  # the KV sequence split over grid y
         assert close(g.evaluate(xs)[0], want)

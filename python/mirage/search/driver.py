@@ -49,7 +49,7 @@ def _init_worker(deadline, stop_event, ref, cfg, pro=None, bound=None, device=DE
     # back (prologue.fold) before they are built against the reference
     _W["gen"] = Generator(pro.core if pro is not None else ref, cfg, deadline, stop_event, bound, device)
     _W["ref"] = ref
-    _W["fold"] = pro.fold if pro is not None else None
+    _W["fold"] = pro.variants if pro is not None else None  # a core plan -> the plans it stands for
 
 
 def _run_item(item):
@@ -71,17 +71,16 @@ def _run_item(item):
     def on_candidate(plan):
         # complete candidates are built (every builder validity check runs) and costed
         # here; the equivalence checks run after ranking, on the best few (`_rank`)
-        if fold is not None:
-            plan = fold(plan)
-        key = B.plan_key(plan)
-        if key in found:
-            return
-        try:
-            g = B.build(ref, plan)
-        except Exception:
-            gen.stats.rejected += 1
-            return
-        found[key] = (plan, cost(g).time)
+        for plan in fold(plan) if fold is not None else [plan]:
+            key = B.plan_key(plan)
+            if key in found:
+                continue
+            try:
+                g = B.build(ref, plan)
+            except Exception:
+                gen.stats.rejected += 1
+                continue
+            found[key] = (plan, cost(g).time)
 
     gen.on_candidate = on_candidate
     _walk(gen, item)
@@ -470,13 +469,12 @@ def _seeds(ref, cfg, device, pro=None, pruned=None) -> dict:
         except Exception:  # the builder's checks reject it
             return float("inf")
 
-    for plan in row_seeds(core, cfg) + attention_seeds(core, cfg) + mbci_seeds(core, cfg, core_cost, pruned, device):
-        if pro is not None:
-            plan = pro.fold(plan)
-        try:
-            out[B.plan_key(plan)] = (plan, cost(B.build(ref, plan), device).time)
-        except Exception:  # the builder's checks reject it: not a candidate
-            continue
+    for seed in row_seeds(core, cfg) + attention_seeds(core, cfg) + mbci_seeds(core, cfg, core_cost, pruned, device):
+        for plan in pro.variants(seed) if pro is not None else [seed]:
+            try:
+                out[B.plan_key(plan)] = (plan, cost(B.build(ref, plan), device).time)
+            except Exception:  # the builder's checks reject it: not a candidate
+                continue
     return out
 
 

@@ -15,7 +15,8 @@ whole reference:
   block ops right after its input iterator (the norm is recomputed per block, as in the
   hand-written QKNorm μGraph);
 - otherwise (a pre-defined op reads X', or some reader splits a reduced dim) the
-  prologue runs once as pre-defined kernel ops before the candidate.
+  prologue runs once before the candidate, as one graph-defined kernel whose tiles hold
+  the reduced dims whole (`variants` offers this form beside the folded one).
 
 Enabled by `SearchConfig.prologues` (the `attention` preset). Candidates are still
 checked against the reference (float64 + formal verifier) like every other.
@@ -23,6 +24,7 @@ checked against the reference (float64 + formal verifier) like every other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import prod
 
 from ..core.graph import KNGraph
 
@@ -44,8 +46,8 @@ class Prologues:
     prologues: dict  # input index -> Prologue
     aliases: dict = field(default_factory=dict)  # core input index (past the reference's) -> reference input
 
-    def fold(self, plan):
-        return fold(self, plan)
+    def variants(self, plan) -> list:
+        return variants(self, plan)
 
 
 def hoist_scales(ref: KNGraph) -> KNGraph:
@@ -179,7 +181,6 @@ def aliased(ref: KNGraph) -> Prologues | None:
     to the input: the fused kernel reads x twice (two input iterators, two maps)."""
     if any(op.kind == "graph_def" for op in ref.ops):
         return None
-    n = len(ref.inputs)
     contracted = {id(op.inputs[0]) for op in ref.ops if op.kind == "matmul"}
     other = {}  # input index -> its non-matmul readers
     for k, X in enumerate(ref.inputs):
@@ -238,14 +239,60 @@ def _foldable(p: Prologue, grid, forloop, imap, fmap) -> bool:
     return True
 
 
-def fold(P: Prologues, plan):
-    """A core-program plan -> a plan over the reference's inputs (see the module doc)."""
+PROLOGUE_TILE = 4096  # elements of a prologue kernel's tile, as a pre-defined element-wise kernel's
+
+
+def _prologue_kernel(P: Prologues, p: Prologue, src: int):
+    """The prologue as one graph-defined kernel reading raw input `src`: the grid splits
+    the dims it does not reduce (outer first, up to three) until a tile holds about
+    PROLOGUE_TILE elements; every reduced dim stays whole in the tile."""
+    shape = list(P.ref.inputs[p.input].shape)
+    tile, grid = list(shape), []
+    for d in [d for d in range(len(shape)) if d not in p.reduced]:
+        if len(grid) == 3 or prod(tile) <= PROLOGUE_TILE:
+            break
+        rest = prod(tile) // tile[d]
+        fits = [c for c in range(1, shape[d] + 1) if shape[d] % c == 0 and c * rest <= PROLOGUE_TILE]
+        if d == len(shape) - 1:  # keep 16-byte chunks along the last dim where it can
+            fits = [c for c in fits if c % 8 == 0] or fits
+        c = max(fits) if fits else 1
+        if c < shape[d]:
+            tile[d] = c
+            grid.append((d, shape[d] // c))
+    imap = tuple(d for d, _ in grid) + (-1,) * (3 - len(grid))
+    sizes = tuple(n for _, n in grid) + (1,) * (3 - len(grid))
+    bops, fr = _prologue_ops(P, p, 1, 0)
+    return ("graph_def", (src,), sizes, 1, 64, ((imap, -1),), tuple(bops), ((fr, imap),))
+
+
+def variants(P: Prologues, plan) -> list:
+    """The plans that a core-program plan stands for: its prologues folded into the kernels
+    that read them where they can (recomputed per block), and, for each that reduces a dim
+    other than the last (a column norm, an element loop per block), the plan with that one
+    run first as a kernel of its own. Which is faster depends on the kernel
+    (QKNorm bs8 on an H100: K's norm folded into the attention kernel, 255 registers and
+    spills, 58.7 us; as its own kernel, 47.7 us); all are candidates, costed, checked and
+    timed alike."""
+    folded = fold(P, plan)
+    out = [folded]
+    for k, p in sorted(P.prologues.items()):
+        if all(d == len(P.ref.inputs[k].shape) - 1 for d in p.reduced):
+            continue  # a row norm folds into registers (the rows plan): only column norms
+        alone = fold(P, plan, separate={k})
+        if alone not in out:
+            out.append(alone)
+    return out
+
+
+def fold(P: Prologues, plan, separate=()):
+    """A core-program plan -> a plan over the reference's inputs (see the module doc);
+    the prologues of the inputs in `separate` run first, as kernels of their own."""
     ops, outs = plan
     n = len(P.ref.inputs)
     # which prologues fold into every reader
     fold_in = {}
     for k, p in P.prologues.items():
-        ok = True
+        ok = k not in separate
         for op in ops:
             if op[0] == "op":
                 if k in op[2]:
@@ -262,11 +309,9 @@ def fold(P: Prologues, plan):
     for k, p in sorted(P.prologues.items()):
         if fold_in[k]:
             continue
-        pops, fr = _prologue_ops(P, p, m, k)
-        for kind, ins, attrs in pops:
-            prefix.append(("op", kind, ins, attrs))
-        m += len(pops)
-        remap[k] = fr
+        prefix.append(_prologue_kernel(P, p, k))
+        remap[k] = m
+        m += 1
     n_core = len(P.core.inputs)  # the reference's inputs, then the aliases
     shift = m - n_core
 

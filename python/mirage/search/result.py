@@ -92,15 +92,22 @@ def main_schedule(c: Candidate):
 
 
 def diverse(ranked: list, window: float = 2.0) -> list:
-    """`ranked` with the best candidate of each main-kernel schedule within `window` times
-    the best cost first (in rank order), then the rest (in rank order). The top-k kept
-    are what the GPU times when it picks by measurement, so they should differ in the
-    kernel that dominates the time rather than only in a small combine kernel; the cost
-    model's best stays first."""
-    seen, first, rest = set(), [], []
+    """`ranked` with, among the candidates within `window` times the best cost, the best of
+    each number of graph-defined kernels first, then the best of each main-kernel schedule,
+    then the rest (each group in rank order). The top-k kept are what the GPU times when it
+    picks by measurement, so they should differ where the cost model is least sure: in how
+    the work is cut into kernels (a norm folded into the attention kernel or run before
+    it), and in the kernel that dominates the time rather than only in a small combine
+    kernel. The cost model's best stays first."""
     limit = ranked[0].cost.time * window if ranked else 0.0
-    for c in ranked:
-        sched = main_schedule(c)
-        (rest if sched in seen or c.cost.time > limit else first).append(c)
-        seen.add(sched)
-    return first + rest
+    near = [c for c in ranked if c.cost.time <= limit]
+    picked: list = []
+    for key in (lambda c: sum(op.kind == "graph_def" for op in c.graph.ops), main_schedule):
+        seen = set()
+        for c in near:
+            k = key(c)
+            if k not in seen:
+                seen.add(k)
+                if all(c is not p for p in picked):
+                    picked.append(c)
+    return picked + [c for c in ranked if all(c is not p for p in picked)]
