@@ -301,3 +301,17 @@ def test_working_precision_rounds():
     assert np.abs(got - np.exp(x)).max() / np.exp(x).max() < 2e-3
     bf = g.evaluate([x], dtype="bfloat16")[0]
     assert 1e-4 < np.abs(bf - np.exp(x)).max() / np.exp(x).max() < 1e-2
+
+
+def test_numpy_dtypes_name_the_arithmetic():
+    # np.float64 is exact float64 (it was taken as bfloat16); np.float16 rounds like "float16"
+    g = mi.new_kernel_graph("t")
+    x = g.new_input((4, 8))
+    g.mark_output(g.exp(x))
+    xs = [np.random.default_rng(2).standard_normal((4, 8)) / 3]
+    exact = g.evaluate(xs)[0]
+    np.testing.assert_array_equal(g.evaluate(xs, dtype=np.float64)[0], exact)
+    np.testing.assert_array_equal(g.evaluate(xs, dtype=np.float16)[0], g.evaluate(xs, dtype="float16")[0])
+    assert not np.array_equal(g.evaluate(xs, dtype="bfloat16")[0], exact)
+    with pytest.raises(ValueError, match="unsupported element type 'int32'"):
+        g.evaluate(xs, dtype=np.int32)

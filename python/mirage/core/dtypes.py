@@ -43,6 +43,8 @@ def round_to(x: np.ndarray, d: dtype) -> np.ndarray:
         return x.astype(np.float32).astype(np.float64)
     if d is dtype.float16:
         return x.astype(np.float16).astype(np.float64)
+    if d is not dtype.bfloat16:
+        raise ValueError(f"round_to: not a mirage element type: {d!r}")
     # bfloat16: round-to-nearest-even on the upper 16 bits of the float32 pattern.
     bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000

@@ -26,6 +26,14 @@ LOOP_AXIS = 3
 
 
 def arith_for(dtype) -> Arith:
+    """None, "float64" or numpy's float64: exact float64; "native": each tensor rounded to its
+    own element type; a mirage dtype or its name (numpy's float16/float32 too): every
+    tensor rounded to that type."""
+    if dtype is not None and not isinstance(dtype, (str, Dtype)):
+        try:
+            dtype = np.dtype(dtype).name  # numpy types: by name (np.float64 was taken as bf16)
+        except TypeError:
+            raise ValueError(f"evaluate: unsupported dtype {dtype!r}") from None
     if dtype is None or dtype == "float64":
         return FloatArith()
     if dtype == "native":
