@@ -13,7 +13,7 @@ from .core.graph import (DTensor, GraphError, KNGraph, STensor, TBGraph, THGraph
 from . import api  # noqa: F401,E402 (attaches KNGraph.superoptimize / compile / __call__)
 from .global_config import bypass_compile_errors, global_config, set_gpu_device_id  # noqa: F401 (Mirage's API)
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401,E402
 
 # public name -> module defining it (imported on first access)
 _LAZY = {

@@ -89,9 +89,9 @@ def version() -> str:
 
         return _v("mirage")
     except Exception:  # not installed as a distribution (source tree)
-        import mirage
+        from .version import __version__
 
-        return getattr(mirage, "__version__", "unknown")
+        return __version__
 
 
 def main(argv: list[str] | None = None) -> int:

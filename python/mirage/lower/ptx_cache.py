@@ -28,7 +28,7 @@ def _mlir_version() -> str:
 
 
 def key(module_text: str, target: str) -> str:
-    from .. import __version__
+    from ..version import __version__
     from .pipeline import nvvm_pipeline
 
     h = hashlib.sha256(module_text.encode())

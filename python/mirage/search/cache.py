@@ -49,7 +49,7 @@ FORMAT = "mirage-superoptimize-cache 3"
 
 
 def cache_key(ref, cfg) -> str:
-    from .. import __version__
+    from ..version import __version__
 
     relevant = {k: v for k, v in asdict(cfg).items()
                 if k not in ("time_limit", "workers", "executor", "top_k", "warmup_iters", "profile_iters")}  # not what is found
