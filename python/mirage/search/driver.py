@@ -523,12 +523,12 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     progress = Progress(verbose)  # its phase starts after the workers are forked (it runs a thread)
     enumeration = ("enumeration", len(units), "items", f"{len(units)} work items, {workers} worker(s)")
 
-    def absorb(res):
+    def absorb(res, n=1):  # n: the units the call ran
         f, s = res
         stats.merge(s)
         for k, v in f.items():
             found.setdefault(k, v)
-        progress.advance(status=enumeration_status(stats, found))
+        progress.advance(n, status=enumeration_status(stats, found))
 
     checks = _Checks(ref, cfg, device)
     if workers == 1 and cfg.executor == "local":
@@ -579,7 +579,7 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
             return None
         lane, call, start = running.pop(h)
         lanes.seen_call(call, time.monotonic() - start)
-        absorb(out)
+        absorb(out, len(call))
         return lane
 
     try:
