@@ -13,8 +13,19 @@ definition, and tests.
 Operator names appear elsewhere only where they are genuinely special: the importers'
 names for them (ATen ops in `frontend/torch_import.py`, the TOSA gelu pattern in
 `mlir/tosa.py`), the lifter's term language for Triton kernels (`lift/`), the
-exact Z3 encodings of relu and clamp (`verify/smt.py`), and the builder methods written
-out in `graph.py` (`graph.WRITTEN_OUT`, with the reason for each).
+exact Z3 encodings of relu and clamp (`verify/smt.py`), the axioms of the search's
+abstract expressions (paper §4: `search/z3check.py` and `search/absexpr.py` name add, mul,
+div, exp, sqrt, silu, sum), and the builder methods written out in `graph.py`
+(`graph.WRITTEN_OUT`, with the reason for each). The structural operators, whose shape
+and evaluation are here too, are also dispatched by name in the stages that give them an
+algorithm of their own: `matmul` (tensor-core tiles and fragments in `lower/`, operand
+layouts in `optimize/layout.py`, multilinear products in `verify/`, the chains of
+`search/mbci.py`), the reductions and `rms_norm` (row emitters and reduction dims in
+`lower/`, prologues and row seeds in `search/`), the layout operators `concat`,
+`transpose`, `reshape` and `repeat` (views and slice copies in `lower/convert.py`, maps in
+`search/partition.py` and `verify/lax.py`), and `exp` (one exp per Lax region in
+`verify/` and `search/partition.py`, the attention seeds of `search/seed.py`).
+`benchmarks/arch_check.py ops NAME...` lists where a name occurs.
 
 Shapes passed to `shape` are logical shapes. Values passed to `eval` carry `nb` leading
 batch axes (the interpreter puts grid and for-loop axes there); `eval` must treat them
