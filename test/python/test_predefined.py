@@ -235,3 +235,17 @@ def test_few_long_rows_are_split_across_warps():
     # many rows: one warp a row, no partials
     low, _ = kernels_of(BENCHMARKS["qknorm_attention"].reference(1), smem)
     assert not any("split_rows" in k["notes"] for k in low.kernels if k["notes"]["kind"] == "rms_norm")
+
+
+def test_fma_matmul_splits_k_over_lanes_when_outputs_are_few():
+    # P @ V over 4097 keys (no tensor cores): 32 outputs a block, 128 threads: 4 lanes an
+    # output sum its keys and combine by shuffles (checked against torch on an H100: exp_rt/p14)
+    from mirage.lower.emitters.matmul import k_lanes
+
+    assert [k_lanes(32, 241, 128), k_lanes(32, 241, 256), k_lanes(64, 241, 128), k_lanes(8, 2, 128)] == [4, 8, 1, 1]
+    low, bodies = kernels_of(one(lambda g, a, b: g.matmul(a, b), (8, 4, 4097), (8, 4097, 128)))
+    (k,) = low.kernels
+    body = bodies[k["name"]]
+    assert "mma.sync" not in body and body.count("shfl.sync.bfly") == 2  # xor 1, 2: four lanes
+    low, bodies = kernels_of(one(lambda g, a, b: g.matmul(a, b), (64, 20), (20, 24)))
+    assert "shfl.sync" not in bodies[low.kernels[0]["name"]]  # 1536 outputs: a thread each

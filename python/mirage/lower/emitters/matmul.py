@@ -5,8 +5,24 @@ A mixin of `BlockLowering` (`lower/block.py`): its methods use the kernel's plan
 (`self.p`), emitter (`self.e`) and emit-time state."""
 from __future__ import annotations
 
+from math import prod
+
 from ...core.graph import Op, STensor
 from .. import scalar
+
+
+def k_lanes(outputs: int, K: int, threads: int) -> int:
+    """Threads that share one output element of an FMA matmul and split its K sum: the most
+    (a power of two, at most a warp) that the block's threads hold, if at least 4 (else 1).
+    P @ V at decode has 28-64 outputs a block and 241 keys a step: one thread per output
+    left most threads idle and ran 241 dependent FMAs each. H100 (exp_rt/p14, one matmul,
+    cold L2, 2026-11-24): [8, 4, 4097] @ [8, 4097, 128] 73.1 -> 62.7 us (4 lanes), 59.5 ->
+    44.6 (256 threads, 8 lanes); [16, 1, 4097] @ [16, 4097, 64] 47.4 -> 32.2; with 2 lanes
+    no gain ([4, 7, 4097] @ [4, 4097, 128]: 88.1 -> 92.8)."""
+    lanes = 1
+    while lanes < 32 and outputs * lanes * 2 <= threads and lanes * 2 <= K and threads % 32 == 0:
+        lanes *= 2
+    return lanes if lanes >= 4 else 1
 
 
 class MatmulEmitter:
@@ -15,6 +31,8 @@ class MatmulEmitter:
         a, b = op.inputs
         out = op.outputs[0]
         K = a.shape[-1]
+        n = prod(out.shape)
+        lanes = k_lanes(n, K, self.p.nthreads)
 
         def body(cs):
             k, args, res, close = e.for_iter(0, K, 1, [(e.f32(0.0), "f32")])
@@ -22,7 +40,25 @@ class MatmulEmitter:
             vb = self.read(b, list(cs[:-2]) + [k, cs[-1]], b.shape)
             close([e.op(f"math.fma {va}, {vb}, {args[0]} : f32", "f")])
             self.write(out, cs, res[0])
-        self.elementwise(out.shape, body)
+        if lanes == 1:
+            self.elementwise(out.shape, body)
+            return
+        # thread t: output (i // lanes), keys i % lanes, i % lanes + lanes, ...; every thread
+        # runs the same trips (the shuffles take whole warps), idle ones sum nothing
+        T = self.p.nthreads
+        with e.for_(self.tid, -(-n * lanes // T) * T, T) as i:
+            active = e.cmp("ult", i, n * lanes)
+            o = e.minui(e.div(i, lanes), n - 1)  # (clamped: an idle thread's address stays in the tile)
+            cs = e.delinearize(o, out.shape)
+            ub = e.op(f"arith.select {active}, {e.idx(K)}, {e.idx(0)} : index", "x")
+            k, args, res, close = e.for_iter(e.rem(i, lanes), ub, lanes, [(e.f32(0.0), "f32")])
+            va = self.read(a, list(cs[:-1]) + [k], a.shape)
+            vb = self.read(b, list(cs[:-2]) + [k, cs[-1]], b.shape)
+            close([e.op(f"math.fma {va}, {vb}, {args[0]} : f32", "f")])
+            v = self.shuffle_reduce(res[0], "addf", lanes)
+            first = e.op(f"arith.andi {active}, {e.cmp('eq', e.rem(i, lanes), 0)} : i1", "p")
+            with e.if_(first):
+                self.write(out, cs, v)
 
     def _frag_tiles(self, op: Op):
         e = self.e
