@@ -36,10 +36,10 @@ ROW_TILE = 4096       # longest reduced extent held in one tile; longer ones loo
 # preferred BM, BN, BK of a matmul block. At decode sizes a matmul streams its weights:
 # narrow, deep tiles (32 columns, 128-row K steps) give twice the blocks of 64 x 64 without
 # split-K, unless the 64-wide grid already fills the SMs (N >= 64 x SMs) or the K loop is
-# long enough to split it well; then 64-wide tiles read 128-byte rows of W. H100 (exp_rt/p13,
-# 2026-11-24, one matmul, cold L2): 64x32x128 beat 64x64x64 for N <= 6144 at K = 4096
-# (M = 64: 30.6 -> 23.2 us; M = 2, N = 6144: 26.5 -> 25.3), lost at N = 14336 (47.9 vs
-# 56.6 us) and at K = 14336 (50.9 vs 53.7)
+# long enough to split it well; then 64-wide tiles read 128-byte rows of W. H100, one
+# matmul, cold L2 (benchmarks/results/matmul_sweep.md): 64x32x128 beat 64x64x64 for
+# N <= 6144 at K = 4096 (M = 64: 30.6 -> 23.2 us; M = 2, N = 6144: 26.5 -> 25.3), lost at
+# N = 14336 (47.9 vs 56.6 us) and at K = 14336 (50.9 vs 53.7)
 MM_TILE = (64, 32, 128)
 MM_TILE_WIDE = (64, 64, 64)
 MM_LONG_K = 8192
