@@ -101,13 +101,11 @@ def diverse(ranked: list, window: float = 2.0) -> list:
     kernel. The cost model's best stays first."""
     limit = ranked[0].cost.time * window if ranked else 0.0
     near = [c for c in ranked if c.cost.time <= limit]
-    picked: list = []
+    picked: dict = {}  # id -> candidate, in the order picked
     for key in (lambda c: sum(op.kind == "graph_def" for op in c.graph.ops), main_schedule):
         seen = set()
         for c in near:
-            k = key(c)
-            if k not in seen:
-                seen.add(k)
-                if all(c is not p for p in picked):
-                    picked.append(c)
-    return picked + [c for c in ranked if all(c is not p for p in picked)]
+            if key(c) not in seen:
+                seen.add(key(c))
+                picked.setdefault(id(c), c)
+    return list(picked.values()) + [c for c in ranked if id(c) not in picked]
