@@ -34,14 +34,14 @@ class MatmulEmitter:
         n = prod(out.shape)
         lanes = k_lanes(n, K, self.p.nthreads)
 
-        def body(cs):
-            k, args, res, close = e.for_iter(0, K, 1, [(e.f32(0.0), "f32")])
+        def k_sum(cs, lb, ub, step):  # f32 sum over k = lb, lb + step, ... < ub of A[.., k] B[k, ..]
+            k, args, res, close = e.for_iter(lb, ub, step, [(e.f32(0.0), "f32")])
             va = self.read(a, list(cs[:-1]) + [k], a.shape)
             vb = self.read(b, list(cs[:-2]) + [k, cs[-1]], b.shape)
             close([e.op(f"math.fma {va}, {vb}, {args[0]} : f32", "f")])
-            self.write(out, cs, res[0])
+            return res[0]
         if lanes == 1:
-            self.elementwise(out.shape, body)
+            self.elementwise(out.shape, lambda cs: self.write(out, cs, k_sum(cs, 0, K, 1)))
             return
         # thread t: output (i // lanes), keys i % lanes, i % lanes + lanes, ...; every thread
         # runs the same trips (the shuffles take whole warps), idle ones sum nothing
@@ -51,11 +51,7 @@ class MatmulEmitter:
             o = e.minui(e.div(i, lanes), n - 1)  # (clamped: an idle thread's address stays in the tile)
             cs = e.delinearize(o, out.shape)
             ub = e.op(f"arith.select {active}, {e.idx(K)}, {e.idx(0)} : index", "x")
-            k, args, res, close = e.for_iter(e.rem(i, lanes), ub, lanes, [(e.f32(0.0), "f32")])
-            va = self.read(a, list(cs[:-1]) + [k], a.shape)
-            vb = self.read(b, list(cs[:-2]) + [k, cs[-1]], b.shape)
-            close([e.op(f"math.fma {va}, {vb}, {args[0]} : f32", "f")])
-            v = self.shuffle_reduce(res[0], "addf", lanes)
+            v = self.shuffle_reduce(k_sum(cs, e.rem(i, lanes), ub, lanes), "addf", lanes)
             first = e.op(f"arith.andi {active}, {e.cmp('eq', e.rem(i, lanes), 0)} : i1", "p")
             with e.if_(first):
                 self.write(out, cs, v)
