@@ -24,10 +24,13 @@ CAPI_NAME = "libMirageCAPI.so"
 
 def _package_dirs() -> list[Path]:
     """Folders of the `mirage` package: the source folder and, for an editable
-    install, the site-packages folder that holds the compiled parts."""
-    import mirage
+    install, the site-packages folder that holds the compiled parts. Read from the
+    package's spec (its search locations), not by importing `mirage`: `__file__`
+    alone would miss the editable install's second folder."""
+    import importlib.util
 
-    dirs = [Path(p) for p in getattr(mirage, "__path__", [])]
+    spec = importlib.util.find_spec(__package__ or "mirage")  # finds, does not import
+    dirs = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
     return dirs or [Path(__file__).resolve().parent]
 
 
