@@ -39,6 +39,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "python")]
 
+from _cuda_graph import capture_graphs  # noqa: E402
+
 PROGRAMS = os.path.join(HERE, "programs")
 ROUNDS = 3
 WARM_LAUNCHES = 20
@@ -136,21 +138,8 @@ class Version:
 
 
 def graph_of(fn, n: int):
-    import torch
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            fn()
-    torch.cuda.synchronize()
-    return g
+    """A CUDA graph of `n` calls of `fn` (warmed up first)."""
+    return capture_graphs([fn], calls=n)[0][0]
 
 
 def bench(g, n: int = 1) -> float:

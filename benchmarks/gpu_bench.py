@@ -37,6 +37,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "python"), os.path.join(HERE, "..", "examples")]
 
+from _cuda_graph import capture_graphs  # noqa: E402
 from gpu_check import find_bundles, make_inputs, rel_err, torch_defs, torch_library_defs  # noqa: E402
 
 
@@ -103,23 +104,7 @@ def copy_bandwidth() -> float:
 
 def graphed(fn_i, n_sets):
     """Capture fn_i(i) into one CUDA graph per input set; returns replay(i)."""
-    import torch
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(n_sets):
-            for _ in range(3):
-                fn_i(i)  # warm-up (module load, compile, allocations) outside capture
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    graphs = []
-    for i in range(n_sets):
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn_i(i)
-        graphs.append(g)
-    torch.cuda.synchronize()
+    graphs = [g for g, _ in capture_graphs([lambda i=i: fn_i(i) for i in range(n_sets)])]
     return lambda i: graphs[i].replay()
 
 

@@ -48,6 +48,7 @@ sys.path[:0] = [os.path.join(HERE, "..", "python"), os.path.join(HERE, "..", "ex
 import torch  # noqa: E402
 
 import transformers_layers as TL  # noqa: E402
+from _cuda_graph import capture_graphs  # noqa: E402
 
 FAMILIES = {"llama": TL.LLAMA3_8B, "qwen2": TL.QWEN2_7B}
 CONTEXT = 4096
@@ -160,21 +161,6 @@ def kernel_profile(fn, top: int = 8) -> str:
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=top)
 
 
-def graphed(fn):
-    """`fn` captured in a CUDA graph as a caller of torch.compile's graphs would (warm-up calls
-    on a side stream, then capture): (graph, the outputs its replays write)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = fn()
-    return g, out
-
-
 def run(src: str, md: str | None, profile_kernels: bool = False) -> int:
     import mirage.torch as mt
     from triton.testing import do_bench
@@ -204,7 +190,8 @@ def run(src: str, md: str | None, profile_kernels: bool = False) -> int:
             t_eager = do_bench(lambda: step(*ins), warmup=50, rep=300, return_mode="median") * 1e3
             t_ours_graph, errs_graph = float("nan"), [float("nan")]
             try:  # ours replayed from a CUDA graph: no per-launch host cost, as torch.compile's graphs
-                g, outs = graphed(lambda: opt(*ins))
+                # as a caller of torch.compile's graphs would: warm-up on a side stream, then capture
+                g, outs = capture_graphs([lambda: opt(*ins)])[0]
                 g.replay()
                 torch.cuda.synchronize()
                 errs_graph = [rel(o, r) for o, r in zip(outs, ref)]
