@@ -30,6 +30,7 @@ class TimingDriver(FakeDriver):
         super().__init__({f: 2 for f in cost})
         self.cost, self.value, self.name, self.warm = cost, value, name, warm or {}
         self.clock, self.events, self.mem, self.cold = 0.0, {}, {}, True
+        self.live = {}
 
     def cuDeviceGetName(self, n, dev): return 0, self.name + b"\x00" * 4
     def cuDeviceGetAttribute(self, attr, dev): return 0, {75: 9, 38: self.L2}.get(attr, 0)
@@ -75,6 +76,17 @@ class TimingDriver(FakeDriver):
         return (0,)
     def cuGraphExecDestroy(self, e): return (0,)
     def cuGraphDestroy(self, g): return (0,)
+
+    # device memory: what is allocated and not yet freed
+    def cuMemAlloc(self, n):
+        r = super().cuMemAlloc(n)
+        self.live[r[1]] = n
+        return r
+    def cuMemFree(self, p):
+        assert self.ctx_stack, "freed without a current context"
+        assert self.live.pop(p, None) is not None, f"{p:#x} freed but not allocated"
+        return (0,)
+    def flush_allocs(self): return sum(1 for c in self.calls if c == ("alloc", 2 * self.L2))
 
     def cuMemcpyDtoH(self, dst, src, n):
         arr = np.frombuffer((ctypes.c_char * n).from_address(dst), dtype=np.float16)
@@ -141,6 +153,46 @@ def test_variants_are_timed_on_a_cold_l2(variants):
     call(k, drv)
     assert k.report["variant"] == "rank1"
     assert k.report["times_us"]["rank0"] == pytest.approx(30.0)
+
+
+def test_one_l2_flush_buffer_per_selection(variants):
+    """The buffer overwritten before each timed run is allocated once for all the variants
+    of one measurement (three timed here) and freed after it; the next measurement has a
+    buffer of its own."""
+    drv = TimingDriver(COST, VALUE)
+    k = load(variants, driver=drv, cache_dir=None)
+    call(k, drv)
+    assert len(k.report["times_us"]) == 3
+    assert drv.flush_allocs() == 1 and 2 * drv.L2 not in drv.live.values()
+    call(k, drv)                                              # chosen: no new measurement
+    assert drv.flush_allocs() == 1
+    call(load(variants, driver=drv, cache_dir=None), drv)    # nothing stored: measures again
+    assert drv.flush_allocs() == 2 and 2 * drv.L2 not in drv.live.values()
+
+
+def test_l2_flush_buffer_freed_when_timing_fails(variants):
+    """A variant whose timing fails is dropped and the measurement goes on with the same
+    buffer; when the reference's timing fails the selection raises, the buffer freed."""
+    from mirage.runtime import LaunchError
+
+    class FailingGraph(TimingDriver):
+        def __init__(self, bad, *a):
+            super().__init__(*a)
+            self.bad = bad
+        def cuGraphInstantiate(self, g, flags):
+            return (1, None) if any(f == self.bad for f, _ in g) else (0, g)
+
+    drv = FailingGraph("rank1", COST, VALUE)
+    k = load(variants, driver=drv, cache_dir=None)
+    call(k, drv)
+    assert k.report["variant"] == "rank0" and "cuGraphInstantiate" in k.report["rejected"]["rank1"]
+    assert drv.flush_allocs() == 1 and 2 * drv.L2 not in drv.live.values()
+
+    drv = FailingGraph("reference", COST, VALUE)
+    k = load(variants, driver=drv, cache_dir=None)
+    with pytest.raises(LaunchError, match="cuGraphInstantiate"):
+        call(k, drv)
+    assert drv.flush_allocs() == 1 and 2 * drv.L2 not in drv.live.values()
 
 
 def test_damaged_choice_file_is_measured_again(variants, tmp_path):

@@ -250,19 +250,20 @@ class Selecting:
         from .launcher import LaunchError
 
         times, rejected = {}, {}
-        for j, (name, k) in enumerate(zip(self.names, self.kernels)):
-            try:
-                if j != self.reference:
-                    got = [self._host(r, s, device) for r, s in zip(k(*tensors, stream=stream), self.manifest.outputs)]
-                    err = max(_rel_err(g, w) for g, w in zip(got, want))
-                    if not err <= self.tolerance:  # NaN too
-                        rejected[name] = f"relative error {err:.2e} against {self.names[self.reference]!r}"
-                        continue
-                times[name] = self._time(k, tensors, stream, device)
-            except LaunchError as e:  # e.g. more shared memory than this GPU has
-                if j == self.reference:
-                    raise
-                rejected[name] = f"failed to launch: {e}"
+        with self._flush_buffer(device) as flush:
+            for j, (name, k) in enumerate(zip(self.names, self.kernels)):
+                try:
+                    if j != self.reference:
+                        got = [self._host(r, s, device) for r, s in zip(k(*tensors, stream=stream), self.manifest.outputs)]
+                        err = max(_rel_err(g, w) for g, w in zip(got, want))
+                        if not err <= self.tolerance:  # NaN too
+                            rejected[name] = f"relative error {err:.2e} against {self.names[self.reference]!r}"
+                            continue
+                    times[name] = self._time(k, tensors, stream, device, flush)
+                except LaunchError as e:  # e.g. more shared memory than this GPU has
+                    if j == self.reference:
+                        raise
+                    rejected[name] = f"failed to launch: {e}"
         for name, why in rejected.items():
             print(f"mirage.runtime: variant {name!r} of {self.path} not used on {dkey}: {why}", file=sys.stderr)
         best = min(times, key=times.get)
@@ -271,21 +272,44 @@ class Selecting:
         self.store.put(key, self.report)
         return self.names.index(best)
 
-    def _time(self, k, tensors, stream, device: int) -> float:
-        """Median µs of one cold run of kernel `k`: captured in a CUDA graph on a private
-        stream (as a model replays it; launch overhead, which would favour fewer kernels,
-        stays out), each replay after overwriting twice the L2 cache, between two events."""
-        d = self.driver
+    @contextlib.contextmanager
+    def _flush_buffer(self, device: int):
+        """(pointer, 32-bit words) of a buffer twice the L2 cache, overwritten before each
+        timed run: one for all the variants of a measurement, freed when it ends (also on
+        an error)."""
+        k, d = self.kernels[0], self.driver
         ck = k._check
-        ck(d.cuCtxPushCurrent(k._context(device)), "cuCtxPushCurrent")
+        ctx = k._context(device)  # the primary context: the one every variant's kernel uses
+        ck(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
         try:
-            s = ck(d.cuStreamCreate(1), "cuStreamCreate")  # CU_STREAM_NON_BLOCKING
-            h = int(s)
             dev = ck(d.cuDeviceGet(device), f"cuDeviceGet({device})")
             l2 = ck(d.cuDeviceGetAttribute(d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev),
                     "cuDeviceGetAttribute(L2_CACHE_SIZE)")
             words = max(int(l2), 1 << 20) // 2  # 32-bit words in twice the L2
             scratch = ck(d.cuMemAlloc(4 * words), "cuMemAlloc(L2 flush buffer)")
+        finally:
+            d.cuCtxPopCurrent()
+        try:
+            yield scratch, words
+        finally:
+            ck(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+            try:
+                d.cuMemFree(scratch)
+            finally:
+                d.cuCtxPopCurrent()
+
+    def _time(self, k, tensors, stream, device: int, flush) -> float:
+        """Median µs of one cold run of kernel `k`: captured in a CUDA graph on a private
+        stream (as a model replays it; launch overhead, which would favour fewer kernels,
+        stays out), each replay after overwriting `flush` (`_flush_buffer`), between two
+        events."""
+        d = self.driver
+        ck = k._check
+        scratch, words = flush
+        ck(d.cuCtxPushCurrent(k._context(device)), "cuCtxPushCurrent")
+        try:
+            s = ck(d.cuStreamCreate(1), "cuStreamCreate")  # CU_STREAM_NON_BLOCKING
+            h = int(s)
             outs = k(*tensors, stream=h)  # modules loaded, buffers allocated: capture-ready
             k(*tensors, stream=h, out=outs)
             ck(d.cuStreamSynchronize(s), "cuStreamSynchronize")
@@ -310,7 +334,6 @@ class Selecting:
             d.cuGraphExecDestroy(exe)
             d.cuGraphDestroy(graph)
             d.cuStreamDestroy(s)
-            d.cuMemFree(scratch)
         finally:
             d.cuCtxPopCurrent()
         return statistics.median(ms) * 1e3
