@@ -69,3 +69,34 @@ def test_concat_costs_its_slice_copies_not_a_whole_dim_block_graph():
     assert c.kernels[0].blocks == cost(one).kernels[0].blocks
     # every byte of both operands read once and written once
     assert c.dram_bytes == pytest.approx(2 * 2 * (8 * 8 * 4097 * 128))
+
+
+def _input_out(g, a, b):  # an input marked as output: a copy
+    return [g.exp(b), a]
+
+
+def _marked_twice(g, a, b):  # one kernel's output marked twice: the second mark a copy
+    e = g.exp(b)
+    return [e, g.exp(a), e]
+
+
+def _input_thrice(g, a, b):  # an input marked three times: three copies, nothing else
+    return [a, a, a]
+
+
+COPY_CASES = [(_input_out, [1]), (_marked_twice, [2]), (_input_thrice, [0, 1, 2]), (_input_and_twice, [0, 2])]
+
+
+@pytest.mark.parametrize("build,copied", COPY_CASES, ids=[c[0].__name__.strip("_") for c in COPY_CASES])
+def test_cost_counts_the_output_copies_the_lowering_emits(build, copied):
+    g = mi.new_kernel_graph("t")
+    a, b = g.new_input((64, 64)), g.new_input((64, 32))
+    for t in build(g, a, b):
+        g.mark_output(t)
+    planned = [k for k in plan_graph(g, Options()).kernels if k.notes.get("kind") == "copy"]
+    # the outputs the plan's copy kernels write, in launch order
+    assert [k.args[-1] for k in planned] == [{"kind": "output", "index": i} for i in copied]
+    costed = [k for k in cost(g).kernels if k.kind == "copy"]
+    assert len(costed) == len(planned)
+    # each costed copy is the kernel of its output's shape: the plan's grid
+    assert [k.blocks for k in costed] == [k.plan.lead[0] * k.plan.lead[1] * k.plan.lead[2] for k in planned]

@@ -113,6 +113,20 @@ def view_strides(g: KNGraph) -> dict[int, tuple]:
     return views
 
 
+def copied_outputs(g: KNGraph) -> list[int]:
+    """Indices of the graph outputs that no kernel writes, each given a copy kernel: an
+    input marked as output, or a tensor marked as output again (the kernel that makes it
+    writes its first mark only). The search's cost model reads the same rule."""
+    made = {id(t) for op in g.ops for t in op.outputs}
+    seen: set[int] = set()
+    copies = []
+    for k, t in enumerate(g.outputs):
+        if id(t) not in made or id(t) in seen:
+            copies.append(k)
+        seen.add(id(t))
+    return copies
+
+
 def plan_graph(g: KNGraph, opts: Options, base: str | None = None) -> GraphPlan:
     """Every kernel of `g` with its plan, in launch order (`base`: the kernels' name prefix,
     default the graph's name)."""
@@ -194,10 +208,8 @@ def plan_graph(g: KNGraph, opts: Options, base: str | None = None) -> GraphPlan:
         defined = op.kind == "graph_def"  # else a pre-defined op: its default block graph
         emit(op, op.body if defined else default_block_graph(op), f"{base}_k{n}", ins, outs, args,
              {} if defined else {"kind": op.kind})
-    # outputs not written by a kernel (an input marked as output, or one tensor marked twice)
-    for k, t in enumerate(g.outputs):
-        if loc.get(id(t)) == ("output", k):
-            continue
+    for k in copied_outputs(g):
+        t = g.outputs[k]
         src = gl(t, *loc[id(t)], "%in0")
         dst = GlobalArg("%out0", tuple(t.shape), row_major_strides(t.shape), t.dtype.mlir, t.dtype.itemsize)
         emit(None, default_block_graph(Op("copy", [t], [t])), f"{base}_copy{k}", [src], [dst],

@@ -103,7 +103,7 @@ def read_bound(blocks: int, reads, dev: Target = DEFAULT) -> float:
 
 
 def cost(g: KNGraph, dev: Target = DEFAULT) -> Cost:
-    from ..lower.convert import view_strides  # the lowering's rule: these outputs are views
+    from ..lower.convert import copied_outputs, view_strides  # the lowering's rules
 
     views = view_strides(g)
     ks = []
@@ -116,10 +116,7 @@ def cost(g: KNGraph, dev: Target = DEFAULT) -> Cost:
             ks += [replace(_copy_cost(t, dev), kind="concat") for t in op.inputs]
         else:
             ks.append(_predefined_cost(op, dev))
-    written = {id(t) for op in g.ops for t in op.outputs}
-    for k, t in enumerate(g.outputs):  # outputs that no kernel writes get a copy
-        if id(t) not in written or any(u is t for u in g.outputs[:k]):
-            ks.append(_copy_cost(t, dev))
+    ks += [_copy_cost(g.outputs[k], dev) for k in copied_outputs(g)]  # outputs no kernel writes
     return Cost(sum(k.time for k in ks), ks)
 
 
