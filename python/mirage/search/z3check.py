@@ -1,9 +1,11 @@
 """The subexpression check with Z3, exactly as the paper states it (§4.3, Table 2).
 
 Abstract expressions are terms over an uninterpreted sort `E` with uninterpreted
-functions add, mul, div, exp, sqrt, silu (and one per other named function), and
-sum : Int × E → E. The equivalence axioms A_eq and the subexpression axioms A_sub of
-Table 2 are asserted universally quantified; `subexpr(p, o)` holds iff
+functions add, mul, div, exp, sqrt, sum : Int × E → E, and one per operator that the op
+table abstracts as a named function `fn(name, x)`: those with a `real` function (silu,
+gelu, relu, sigmoid), each with the A_sub axiom Table 2 states for silu, as the
+normal-form checker treats them. The equivalence axioms A_eq and the subexpression
+axioms A_sub of Table 2 are asserted universally quantified; `subexpr(p, o)` holds iff
 A_eq ∪ A_sub ∪ {¬subexpr(p, o)} is unsatisfiable. Z3 answers unsat (proved), sat or
 unknown (not proved within the timeout: pruned, as in the paper). Results are cached
 by the pair of terms. This checker is the specification; the search uses the fast
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from ..core.ops import OPS
 from .absexpr import Raw
 
 _CTX: dict = {}
@@ -26,20 +29,20 @@ def _env():
 
     E = z3.DeclareSort("E")
     I = z3.IntSort()
-    f = {
+    f = {  # the paper's own (Table 2's A_eq relates them), so named here, not taken from the op table
         "add": z3.Function("add", E, E, E),
         "mul": z3.Function("mul", E, E, E),
         "div": z3.Function("div", E, E, E),
         "exp": z3.Function("exp", E, E),
         "sqrt": z3.Function("sqrt", E, E),
-        "silu": z3.Function("silu", E, E),
         "sum": z3.Function("sum", I, E, E),
         "subexpr": z3.Function("subexpr", E, E, z3.BoolSort()),
     }
+    # the op table's operators with a `real` function are the ones abstracted as fn(name, x)
+    named = {d.name: z3.Function(d.name, E, E) for d in OPS.values() if d.real}
     x, y, z = z3.Consts("x y z", E)
     i, j = z3.Ints("i j")
-    add, mul, div, exp, sqrt, silu, sm, sub = (f[k] for k in ("add", "mul", "div", "exp", "sqrt", "silu", "sum",
-                                                          "subexpr"))
+    add, mul, div, exp, sqrt, sm, sub = (f[k] for k in ("add", "mul", "div", "exp", "sqrt", "sum", "subexpr"))
     A = z3.ForAll
     a_eq = [
         A([x, y], add(x, y) == add(y, x)),
@@ -65,12 +68,12 @@ def _env():
         A([x, y], sub(y, div(x, y))),
         A([x], sub(x, exp(x))),
         A([x], sub(x, sqrt(x))),
-        A([x], sub(x, silu(x))),
+        *(A([x], sub(x, fn(x))) for fn in named.values()),
         A([x, i], sub(x, sm(i, x))),
         A([x], sub(x, x)),
         A([x, y, z], z3.Implies(z3.And(sub(x, y), sub(y, z)), sub(x, z))),
     ]
-    _CTX.update(z3=z3, E=E, f=f, axioms=a_eq + a_sub, extra={})
+    _CTX.update(z3=z3, E=E, f=f, named=named, axioms=a_eq + a_sub)
     return _CTX
 
 
@@ -85,12 +88,10 @@ def to_z3(t: Raw):
     if k == "sum":
         return f["sum"](z3.IntVal(t[1]), to_z3(t[2]))
     if k == "fn":
-        name = t[1]
-        if name == "silu":
-            return f["silu"](to_z3(t[2]))
-        fn = env["extra"].get(name)
-        if fn is None:
-            fn = env["extra"][name] = z3.Function(name, env["E"], env["E"])
+        fn = env["named"].get(t[1])
+        if fn is None:  # a function without its A_sub axiom would make every check on it fail
+            raise ValueError(f"abstract expression fn({t[1]!r}, ...): no operator of that name "
+                             f"with a `real` function in the op table ({', '.join(env['named'])})")
         return fn(to_z3(t[2]))
     if k in ("exp", "sqrt"):
         return f[k](to_z3(t[1]))
