@@ -104,8 +104,8 @@ def _exact_matmul(a, b, m):
 
 
 def test_matmul_mod_exact_at_the_edges():
-    """The float64 BLAS matmul equals exact integer arithmetic, for residues near m - 1 (the
-    largest products), in both layouts and every digit count (`_mm_plan`), over contractions
+    """The float64 BLAS matmul equals exact integer arithmetic, for residues near (m - 1)/2 and
+    (m + 1)/2 (balanced: the largest products) and near m - 1, in both layouts and every digit count (`_mm_plan`), over contractions
     of one chunk, a chunk and one term, and many chunks (K = 40000: a naive int64 sum of
     products near 2^62 overflows after 2 terms, a float64 one is inexact after 1), for both
     primes of a pair, and batched operands that broadcast."""
@@ -116,13 +116,16 @@ def test_matmul_mod_exact_at_the_edges():
         for how in ("free", "fold"):
             for L in (2, 3, 4):
                 w, c = _chunk(how, L, m, 10**9)
-                assert w * L >= 32 and c * 2 ** (w - 1) * (m - 1) <= 2 ** 53 * (1 if how == "free" else 2)
+                assert w * L >= 32 and c * 2 ** (w - 1) * (m - 1) <= 2 ** 54
                 for k in sorted({1, 64, c // L, c // L + 1, c, c + 1, 3 * c + 5}):
                     if k > 40000:
                         continue
                     a = m - 1 - rng.integers(0, 3, (3, k))
                     b = m - 1 - rng.integers(0, 3, (k, 2))
                     b[::7] = rng.integers(0, m, b[::7].shape)
+                    for x in (a, b):  # the balanced extremes, (m - 1)/2 and -(m - 1)/2, of one sign
+                        x[1::3] = m // 2 - rng.integers(0, 2, x[1::3].shape)
+                        x[2::5] = m // 2 + 1 + rng.integers(0, 2, x[2::5].shape)
                     exact = _exact_matmul(a, b, m)
                     assert np.array_equal(_matmul_mod(a, b, m, (how, L)), exact), (m, how, L, k)
                     assert np.array_equal(_matmul_mod(b.T.copy(), a.T.copy(), m, (how, L)), exact.T), (m, how, L, k)
@@ -518,3 +521,81 @@ def test_fp_filter_arithmetic_is_the_native_one():
             with np.errstate(all="ignore"):  # (fp16 overflow of unscaled attention scores: inf in both)
                 want, got = evaluate(g, xs, dtype="native"), evaluate(g, xs, arith=ar)
             assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(want, got)), name
+
+
+def test_fp_filter_arithmetic_is_exact_with_every_shortcut(monkeypatch):
+    """The filter's arithmetic with its full-size paths on at every size (pooled results,
+    rounded arrays remembered so that views of them are not rounded again, broadcasts
+    rounded before they are broadcast, products shared between runs): the six pairs'
+    outputs equal evaluate(...) in float64 and in working precision bit for bit, at inputs
+    that are values of the input types (as the filter's are)."""
+    from mirage.core.dtypes import round_to
+    from mirage.verify import equivalence as E
+    from mirage.verify import field
+    monkeypatch.setattr(E, "_LARGE", 1)
+    monkeypatch.setattr(E, "_SHARE_MACS", 0)
+    monkeypatch.setattr(field, "_BIG", 0)
+    for name in BENCHMARKS:
+        ref, fused = small(name)
+        xs = [round_to(np.random.default_rng(5).standard_normal(t.shape) * 0.5, t.dtype) for t in ref.inputs]
+        with field.reusing_memory():
+            shared = E._Shared()
+            for x, t in zip(xs, ref.inputs):
+                shared.remember(x, t.dtype)
+            with np.errstate(all="ignore"):
+                for native, dtype in ((False, None), (True, "native")):
+                    ar = E._FilterArith(native, shared)
+                    for g in (ref, fused):
+                        want, got = evaluate(g, xs, dtype=dtype), evaluate(g, xs, arith=ar)
+                        assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(want, got)), (name, dtype)
+            assert shared.products or name == "ntrans", name  # (the exact run's products were kept)
+
+
+def test_fp_filter_inputs_are_normal_values_of_the_input_types():
+    """The filter's random inputs (`_draw`): values of each input's element type, with the
+    scale as standard deviation; fp16/bf16 ones by the inverse normal CDF at 16 bits (the
+    table's CDF within 2^-17 of the normal's), f32 ones normal draws; the same for a seed
+    whatever the size's alignment to the generator's words and blocks."""
+    import statistics
+    from mirage.core.dtypes import dtype as Dtype, round_to
+    from mirage.verify import equivalence as E
+    table = E._normal_quantiles()
+    nd = statistics.NormalDist()
+    n = table.size
+    assert n == 2 ** 16 and np.all(np.diff(table) > 0)
+    assert max(abs(nd.cdf(float(v)) - (i + 0.5) / n) for i, v in enumerate(table)) < 1e-12
+    for name, d in (("f16", Dtype.float16), ("bf16", Dtype.bfloat16), ("f32", Dtype.float32)):
+        g = mi.new_kernel_graph()
+        t = g.new_input((3, 33335), dtype=name)
+        x = E._draw(np.random.default_rng(0), t, 0.25)
+        assert x.shape == t.shape and np.array_equal(round_to(x, d), x), name
+        z = np.sort(x.ravel()) / 0.25
+        at = np.arange(0, z.size, 97)
+        ks = max(abs(nd.cdf(float(z[i])) - (i + 0.5) / z.size) for i in at)
+        assert ks < 0.01, (name, ks)  # (1e5 draws: sampling noise ~0.004; rounding to bf16 moves the CDF < 0.002)
+        assert abs(z.mean()) < 0.02 and abs(z.std() - 1) < 0.02, name
+        assert np.array_equal(x, E._draw(np.random.default_rng(0), t, 0.25)), name
+        assert len(np.unique(x)) > (50000 if name == "f32" else 1000), name
+    t = mi.new_kernel_graph().new_input((5, 7))  # 35 draws: not a multiple of a generator word's 4
+    words = np.random.default_rng(3).bit_generator.random_raw(9)
+    assert np.array_equal(E._draw(np.random.default_rng(3), t, 1.0).ravel(),
+                          round_to(table, Dtype.float16)[words.view(np.uint16)[:35]])
+
+
+def test_fp_filter_judges_the_programs_at_values_of_their_input_types():
+    """The filter's exact reference is float64 at the inputs the programs see (values of
+    their element types): a program that fp16 computes exactly has error 0, and given
+    fp_inputs are rounded in a copy, not in the caller's arrays."""
+    from mirage.verify.equivalence import fp_filter
+
+    def build():
+        g = mi.new_kernel_graph()
+        x, y = g.new_input((64, 32)), g.new_input((64, 32))
+        g.mark_output(g.mul(g.add(x, x), g.constant(0.5, (1, 1))))  # (x + x) / 2 = x in fp16 too
+        return g
+    ok, err, tol, why = fp_filter(build(), build(), np.random.default_rng(0))
+    assert ok and err == 0.0, (err, why)
+    given = [np.random.default_rng(1).standard_normal((64, 32)) for _ in range(2)]
+    kept = [x.copy() for x in given]
+    ok, err, _, _ = fp_filter(build(), build(), np.random.default_rng(0), inputs=given)
+    assert ok and err == 0.0 and all(np.array_equal(a, b) for a, b in zip(given, kept))

@@ -24,8 +24,10 @@ Procedure
    both graphs with `FieldArith` through the one interpreter and compares the Z_p
    components of every output element. A division by zero resamples the trial (counted
    in `zero_division_resamples`).
-4. Floating-point filter: both graphs run on the same realistic random inputs; the
-   candidate in its working precision (`dtype="native"`), the reference in float64.
+4. Floating-point filter: both graphs run on the same realistic random inputs, values of
+   their input types (standard normal draws times `input_scales`, rounded; fp16/bf16 inputs
+   by a 16-bit inverse-CDF table, see `_draw`); the candidate in its working precision
+   (`dtype="native"`), the reference in float64 at the same inputs (and in working precision).
    The candidate is rejected when its normalized error max|y - y64| / max|y64| exceeds
    `fp_tolerance` (default: max(FP_BASE_TOL[dtype], 4 x the reference program's own
    error in working precision)) or is not finite. Inputs at which the reference itself is
@@ -34,9 +36,12 @@ Procedure
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
+import statistics
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -44,8 +49,10 @@ import numpy as np
 
 from ..core.graph import KNGraph
 from ..core.arith import FloatArith
+from ..core.dtypes import dtype as Dtype, round_to
 from ..core.interpret import ReferenceOutputs, evaluate
-from .field import FV, FieldArith, FieldZeroDivision, is_prime, release_free_buffers, reusing_memory, safe_primes
+from .field import (_BLOCK, FV, FieldArith, FieldZeroDivision, _blockwise, _empty, is_prime, reusing_memory,
+                    safe_primes)
 from .lax import Form, LaxReport, analyze
 
 # Normalized max error tolerated from one working precision (unit roundoff x a margin
@@ -286,7 +293,6 @@ def _check_equivalence(reference, candidate, delta, seed, max_trials, vacuous_tr
         detail["note"] = f"{res.trials} trials of per-trial bound {eps:.3g} give {res.error_bound:.3g} > delta"
 
     if fp_check:
-        release_free_buffers()  # (the filter's float arrays are not pooled)
         info: dict = {}
         ok, err, tol, why = fp_filter(reference, candidate, np.random.default_rng(seed + 1),
                                       fp_inputs, input_scales, fp_tolerance, info)
@@ -460,23 +466,189 @@ def _random_model(reference, candidate, reports, delta, rng, res, max_trials, ma
                                      f"give {res.error_bound:.3g} > delta")
 
 
-class _InputsRoundedOnce(FloatArith):
-    """Working-precision arithmetic (`FloatArith(native=True)`) that rounds each of the given
-    input arrays once for both programs: rounding a weight to fp16 and back is the filter's
-    largest pass after the products."""
+# -- the floating-point filter ----------------------------------------------------------------
 
-    def __init__(self, inputs):
-        super().__init__(native=True)
-        self._inputs = {id(x): x for x in inputs}
-        self._rounded: dict = {}
+# products of at least this many multiply-adds are kept for the filter's later runs
+_SHARE_MACS = 1 << 22
+# arrays of at least this many elements take the pooled, remembered paths below
+_LARGE = 1 << 16
+
+
+def _span(a: np.ndarray) -> tuple[int, int]:
+    """The bytes [lo, hi) that a's elements occupy."""
+    lo = hi = a.__array_interface__["data"][0]
+    if a.size == 0:
+        return lo, lo
+    for n, st in zip(a.shape, a.strides):
+        if st > 0:
+            hi += (n - 1) * st
+        else:
+            lo += (n - 1) * st
+    return lo, hi + a.itemsize
+
+
+def _ident(a: np.ndarray) -> tuple:
+    return a.__array_interface__["data"][0], a.shape, a.strides
+
+
+def _rounded(x: np.ndarray, d: Dtype, out: np.ndarray | None = None, factor: float = 1.0) -> np.ndarray:
+    """round_to(x * factor, d), bit for bit, into `out` (may be x; default: a pooled array),
+    block by block: the narrow temporaries stay in cache instead of two fresh full-size arrays."""
+    out = _empty(x.shape) if out is None else out
+    narrow = {Dtype.float16: np.float16, Dtype.float32: np.float32}.get(d)
+
+    def fn(o, v):
+        if factor != 1.0:
+            v = np.multiply(v, factor, out=o)
+        if narrow is None:  # bf16
+            np.copyto(o, round_to(v, d))
+            return
+        t = np.empty(o.shape, narrow)
+        np.copyto(t, v, casting="unsafe")
+        np.copyto(o, t)
+    return _blockwise(fn, out, x)
+
+
+class _Shared:
+    """What the filter's runs share: arrays known to hold values of an element type (weak
+    references, with the bytes they occupy) and large products with their operands."""
+
+    def __init__(self):
+        self.rounded: list = []  # (weakref, lo, hi, dtype)
+        self.products: dict = {}  # (ident(a), ident(b)) -> (a, b, a @ b)
+
+    def remember(self, a: np.ndarray, d: Dtype) -> None:
+        self.rounded = [r for r in self.rounded if r[0]() is not None]
+        self.rounded.append((weakref.ref(a), *_span(a), d))
+
+    def holds(self, v: np.ndarray, d: Dtype) -> bool:
+        """Whether v lies in the memory of a live array remembered for d, so is a view of it
+        (a live array's memory is no other array's: not in the pool, which hands out only
+        buffers no array uses) and holds values of d (nothing here writes into a value)."""
+        lo, hi = _span(v)
+        return any(dd is d and l <= lo and hi <= h and r() is not None for r, l, h, dd in self.rounded)
+
+
+class _FilterArith(FloatArith):
+    """The filter's arithmetic: `FloatArith`'s values bit for bit (the same numpy operations),
+    exact (float64) or `native` (each result rounded to its tensor's element type), with fewer
+    passes over memory at full size:
+
+    - an array is rounded once: a view of a rounded array (the filter's inputs, already values
+      of their types; a block graph's tiles of them) is returned as it is, since rounding it
+      again changes nothing; a broadcast (stride 0) array is rounded before it is broadcast;
+    - large results come from the check's buffer pool (`reusing_memory`: no page faults);
+    - a product whose operands are the very arrays of an earlier product of a run sharing
+      `shared` is that product (the exact and the working-precision reference both start with
+      X @ W on the same inputs)."""
+
+    def __init__(self, native: bool = True, shared: _Shared | None = None):
+        super().__init__(native=native)
+        self._shared = shared if shared is not None else _Shared()
 
     def round(self, v, d):
-        if self._inputs.get(id(v)) is not v:
+        if not self.native:
+            return v
+        if not isinstance(v, np.ndarray) or v.dtype != np.float64 or v.size < _LARGE:
             return super().round(v, d)
-        key = (id(v), d)
-        if key not in self._rounded:
-            self._rounded[key] = super().round(v, d)
-        return self._rounded[key]
+        if self._shared.holds(v, d):
+            return v
+        compact = v[tuple(slice(0, 1) if st == 0 else slice(None) for st in v.strides)]
+        r = _rounded(compact, d)
+        self._shared.remember(r, d)
+        return r if r.shape == v.shape else np.broadcast_to(r, v.shape)
+
+    def _ew(self, ufunc, *xs):
+        shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
+        if math.prod(shape) < _LARGE or any(np.result_type(x) != np.float64 for x in xs):
+            return ufunc(*xs)
+        return ufunc(*xs, out=_empty(shape))
+
+    def add(self, a, b): return self._ew(np.add, a, b)
+    def sub(self, a, b): return self._ew(np.subtract, a, b)
+    def mul(self, a, b): return self._ew(np.multiply, a, b)
+
+    def div(self, a, b):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self._ew(np.divide, a, b)
+
+    def exp(self, a):
+        with np.errstate(over="ignore"):
+            return self._ew(np.exp, a)
+
+    def sqrt(self, a):
+        with np.errstate(invalid="ignore"):
+            return self._ew(np.sqrt, a)
+
+    def matmul(self, a, b):
+        shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+        if math.prod(shape) * a.shape[-1] < _SHARE_MACS or a.dtype != np.float64 or b.dtype != np.float64:
+            return np.matmul(a, b)
+        key = (_ident(a), _ident(b))
+        hit = self._shared.products.get(key)
+        if hit is None:
+            hit = self._shared.products[key] = (a, b, np.matmul(a, b, out=_empty(shape)))
+        return hit[2]
+
+
+class _InputsRoundedOnce(_FilterArith):
+    """The filter's working-precision arithmetic alone (the tests' entry point): it rounds
+    the given inputs, like any array, once."""
+
+    def __init__(self, inputs=()):
+        super().__init__(native=True)
+
+
+# The filter draws inputs of fp16/bf16 tensors by the inverse CDF of the standard normal on
+# 16 random bits (a table lookup, four to a generator word): its CDF is within 2^-17 of the
+# normal's everywhere, |x| <= 4.33, and the values it takes are as fine as fp16's in all but
+# the central 3% (where fp16 is finer) and finer than bf16's: rounded to those types, a draw
+# is as likely as a rounded normal draw to equal another (fp16's own spacing makes that ~1e-4,
+# the table's 2^-16). A normal draw and its rounding cost 5x more (the check's largest pass
+# after the products at full size). f32 inputs, whose values are finer, are normal draws.
+_TABLE_BITS = 16
+
+
+@functools.lru_cache(maxsize=None)
+def _normal_quantiles() -> np.ndarray:
+    """Phi^-1((i + 1/2) / 2^16) for i < 2^16 (float64, increasing)."""
+    nd = statistics.NormalDist()
+    n = 1 << _TABLE_BITS
+    half = np.array([nd.inv_cdf((i + 0.5) / n) for i in range(n // 2)])
+    return np.concatenate([half, -half[::-1]])
+
+
+def _draw(rng: np.random.Generator, t, scale: float) -> np.ndarray:
+    """A value of tensor `t`'s type: scale times standard normal draws, rounded; into a pooled
+    array, block by block."""
+    x = _empty(t.shape)
+    flat = x.reshape(-1)
+    if t.dtype in (Dtype.float16, Dtype.bfloat16):
+        table = round_to(_normal_quantiles() * scale, t.dtype)
+        for i in range(0, flat.size, _BLOCK):
+            o = flat[i:i + _BLOCK]
+            idx = rng.bit_generator.random_raw(-(-o.size // 4)).view(np.uint16)[:o.size]
+            np.take(table, idx, out=o)
+        return x
+    for i in range(0, flat.size, _BLOCK):
+        o = flat[i:i + _BLOCK]
+        rng.standard_normal(out=o)
+        o *= scale
+    return _rounded(x, t.dtype, out=x)
+
+
+def _filter_inputs(reference: KNGraph, rng, inputs, scales, shared: _Shared) -> list:
+    """The filter's inputs as values of the reference's input types (float64 arrays): the
+    given `inputs` rounded (copies), else draws (`_draw`) times `scales`."""
+    xs = []
+    for k, t in enumerate(reference.inputs):
+        if inputs is not None:
+            x = _rounded(np.asarray(inputs[k], dtype=np.float64), t.dtype)
+        else:
+            x = _draw(rng, t, float(scales[k]) if scales else 1.0)
+        shared.remember(x, t.dtype)
+        xs.append(x)
+    return xs
 
 
 def fp_filter(reference: KNGraph, candidate: KNGraph, rng: np.random.Generator,
@@ -484,18 +656,19 @@ def fp_filter(reference: KNGraph, candidate: KNGraph, rng: np.random.Generator,
               tolerance: float | None = None, info: dict | None = None) -> tuple[bool, float, float, str]:
     """Numerical-stability filter: (ok, candidate error, tolerance, reason).
 
+    Both programs run on the same inputs, values of the programs' input types (random
+    normal times `scales`, or the given `inputs`, rounded to the input's element type): the
+    reference in float64 (the exact value at those inputs), both in working precision; the
+    error of each is its normalized distance from the exact value.
+
     The candidate is judged at inputs where the reference program is finite, in float64 and
     in working precision: an input at which the reference itself overflows (inf/nan) says
     nothing about the candidate. So when it does, the inputs are scaled down by powers of 2
-    until it does not; `info` (if given) receives the factor used ("scale") and a sentence
-    saying so ("note")."""
+    (and rounded again) until it does not; `info` (if given) receives the factor used
+    ("scale") and a sentence saying so ("note")."""
     info = {} if info is None else info
-    if inputs is None:
-        scales = scales or (1.0,) * len(reference.inputs)
-        inputs = [rng.standard_normal(t.shape) for t in reference.inputs]
-        for x, s in zip(inputs, scales):
-            x *= s  # (in place: a fresh copy of a 100 MB weight costs more than the pass)
-    inputs = [np.asarray(x, dtype=np.float64) for x in inputs]
+    shared = _Shared()
+    base = _filter_inputs(reference, rng, inputs, scales, shared)
 
     def finite(ys):
         return all(np.all(np.isfinite(y)) for y in ys)
@@ -503,9 +676,13 @@ def fp_filter(reference: KNGraph, candidate: KNGraph, rng: np.random.Generator,
     factor, info["scale"], info["note"] = 1.0, 1.0, ""
     with np.errstate(all="ignore"):
         while True:
-            xs = inputs if factor == 1.0 else [x * factor for x in inputs]
-            exact = evaluate(reference, xs)
-            native = _InputsRoundedOnce(xs)
+            xs = base
+            if factor != 1.0:
+                xs = [_rounded(x, t.dtype, factor=factor) for x, t in zip(base, reference.inputs)]
+                for x, t in zip(xs, reference.inputs):
+                    shared.remember(x, t.dtype)
+            exact = evaluate(reference, xs, arith=_FilterArith(False, shared))
+            native = _FilterArith(True, shared)
             ref_native = evaluate(reference, xs, arith=native)
             if finite(exact) and finite(ref_native):
                 break
@@ -515,6 +692,7 @@ def fp_filter(reference: KNGraph, candidate: KNGraph, rng: np.random.Generator,
                                 f"{factor:g}")
                 return True, 0.0, 0.0, ""
             factor /= 2
+            shared.products.clear()
         cand_native = evaluate(candidate, xs, arith=native)
     if factor != 1.0:
         info["scale"] = factor

@@ -239,7 +239,7 @@ def _mm_plan(ashape, bshape, m: int) -> tuple[str, int]:
     """How `_matmul_mod` computes a @ b: (how, L), the least cost (in MACs) of
 
     - "free": the smaller operand S split into L balanced w-bit digits stacked along its free
-      axis (rows of a, columns of b), the larger G converted to float64 once; L output
+      axis (rows of a, columns of b), the larger G converted to balanced float64 once; L output
       planes, combined by Horner. Cheap when the output is small next to G (GEMV, long
       contractions);
     - "fold": the larger operand X split into digits and the smaller Y scaled by 2^(w i)
@@ -265,10 +265,11 @@ def _mm_plan(ashape, bshape, m: int) -> tuple[str, int]:
 
 def _chunk(how: str, L: int, m: int, k: int) -> tuple[int, int]:
     """(w, c): digits of w bits (wL >= 32), and the contraction terms of one chunk. Every
-    term is a digit (|d| <= 2^(w-1)) times a residue (|g| < m; "fold": |y| <= (m-1)/2,
-    balanced), and c·term <= _EXACT keeps every partial sum of a chunk exact."""
+    term is a digit (|d| <= 2^(w-1)) times a balanced residue (|g| <= (m-1)/2: twice the
+    terms of a chunk of residues in [0, m)), and c·term <= _EXACT keeps every partial sum of
+    a chunk exact."""
     w = -(-32 // L)
-    term = (1 << (w - 1)) * ((m - 1) if how == "free" else (m - 1) // 2)
+    term = (1 << (w - 1)) * ((m - 1) // 2)
     return w, min(_EXACT // term, k if how == "free" else L * k)
 
 
@@ -282,8 +283,7 @@ def _matmul_mod(a: np.ndarray, b: np.ndarray, m: int, plan: tuple[str, int] | No
     a_small = a.size <= b.size
     if how == "free":
         g = b if a_small else a
-        big = _empty(g.shape)
-        np.copyto(big, g, casting="unsafe")
+        big = _balanced_float(g, m)
         axis = -2 if a_small else -1
         digits = _stacked_digits(a if a_small else b, L, w, axis)
         lhs, rhs = (digits, big) if a_small else (big, digits)
@@ -311,7 +311,7 @@ def _matmul_mod(a: np.ndarray, b: np.ndarray, m: int, plan: tuple[str, int] | No
         return _to_residue(acc, m)
     # Horner over the L digit planes, from the top, reducing only where a bound would pass 2^53
     red = m // 2 + 2  # bound after a reduction
-    pb = kk * (1 << (w - 1)) * (m - 1) if c >= kk else -(-kk // c) * red  # bound of every part
+    pb = kk * (1 << (w - 1)) * ((m - 1) // 2) if c >= kk else -(-kk // c) * red  # bound of every part
     parts = np.split(acc, L, axis=axis)
     r, rb = parts[-1], pb
     for part in reversed(parts[:-1]):
@@ -375,14 +375,6 @@ def reusing_memory():
         yield
     finally:
         _POOL.bufs = None
-
-
-def release_free_buffers() -> None:
-    """Return the pool's free buffers to the system (what runs next will not use them: held
-    memory makes the kernel's huge-page faults slower for everything else)."""
-    bufs = getattr(_POOL, "bufs", None)
-    if bufs is not None:
-        bufs[:] = [bufs[i] for i in range(len(bufs)) if sys.getrefcount(bufs[i]) > 2]
 
 
 def _empty(shape, dtype=np.float64) -> np.ndarray:
@@ -912,6 +904,9 @@ def _equal(x: np.ndarray, t: np.ndarray) -> bool:
         x = np.reshape(x, t.shape, copy=False)
     except ValueError:
         t = _reshaped(t, x.shape)
+    if (x.dtype == t.dtype and x.__array_interface__["data"][0] == t.__array_interface__["data"][0]
+            and all(a == b for a, b, n in zip(x.strides, t.strides, x.shape) if n > 1)):
+        return True  # the same elements of the same memory (the candidate's W is the reference's)
     head = (0,) * (x.ndim - 1)
     return bool(np.array_equal(x[head], t[head]) and np.array_equal(x, t))
 
