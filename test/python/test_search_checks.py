@@ -188,3 +188,48 @@ def test_local_pool_calls():
         t0 = time.monotonic()
         pool.close()  # abandons the call still running instead of waiting 30 s for it
         assert time.monotonic() - t0 < 10
+
+
+def _blas_threads(_=None):
+    """(OpenBLAS thread counts, threads of this process)."""
+    import ctypes
+    import os
+
+    with open("/proc/self/maps") as f:
+        paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower()})
+    counts = []
+    for path in paths:
+        lib = ctypes.CDLL(path)
+        counts += [getattr(lib, get)() for get, put in X._OPENBLAS_COUNT if hasattr(lib, get)][:1]
+    return counts, len(os.listdir("/proc/self/task"))
+
+
+def _matmul(n):
+    import numpy as np
+
+    a = np.ones((n, n))
+    return float((a @ a)[0, 0])
+
+
+def test_local_pool_workers_inherit_one_blas_thread():
+    # one worker per core, so one BLAS thread per worker; a forked worker that set the count
+    # itself would first restart OpenBLAS's thread pool (a thread per core, each spinning
+    # ~0.1 s): the workers inherit the count instead, and this process keeps its own
+    before, _ = _blas_threads()
+    if not before:
+        pytest.skip("numpy does not use OpenBLAS here")
+    pool = X.make("local", 2, D._ignore_sigint, (), None)
+    try:
+        for k in range(2):
+            pool.submit(_blas_threads, k)
+        while pool.running:
+            _, (counts, threads) = pool.next_done()
+            assert counts == [1] * len(before)
+            assert threads == 1  # no BLAS thread pool restarted in the worker
+        pool.submit(_matmul, 256)  # a BLAS call: still one thread
+        assert pool.next_done()[1] == 256.0
+        pool.submit(_blas_threads, None)
+        assert pool.next_done()[1] == ([1] * len(before), 1)
+    finally:
+        pool.close()
+    assert _blas_threads()[0] == before

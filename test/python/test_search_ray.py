@@ -110,6 +110,25 @@ def test_an_item_cut_into_parts_visits_what_it_visits_whole(name):
     assert sum(w[0] for w in whole.values()) > 10000
 
 
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_a_worker_started_from_the_drivers_generator_visits_what_a_fresh_one_visits(name):
+    # the local pool's workers start from the driver's generator, whose memos `split`
+    # filled (driver._init_worker's gen): each unit visits the same states, counts the same
+    # pruning and candidates and finds the same plans at the same costs as on a fresh one
+    from mirage.search import driver as D
+
+    ref, cfg, pro, bound, gen, items = _items(name)
+    units, _ = D.split(gen, items)
+    runs = []
+    for warm in (None, gen):
+        D._init_worker(None, None, ref, cfg, pro, bound, quiet=False, gen=warm)
+        assert (D._W["gen"] is gen) == (warm is gen)
+        runs.append([(s.states, dict(s.pruned), s.candidates, s.rejected, f)
+                     for f, s in map(D._run_item, units)])
+    assert runs[0] == runs[1]
+    assert sum(r[0] for r in runs[0]) > 10000
+
+
 def test_lanes_deal_every_unit_once_in_runs_of_one_kind():
     # driver._Lanes: whatever the order in which workers return, every unit is dealt once,
     # in calls of units consecutive in the kind order; a worker that continues its lane

@@ -25,7 +25,6 @@ from . import check as CHK
 from . import executor as X
 from .config import INTERRUPT_GRACE, SearchConfig, make_config
 from ..target import DEFAULT, Target
-from ..verify.blas import set_threads as set_blas_threads
 from .cost import cost, read_bound
 from .generator import Generator, Stats, Stop
 from . import measure as M
@@ -41,13 +40,19 @@ from .seed import attention_seeds, row_seeds
 _W: dict = {}
 
 
-def _init_worker(deadline, stop_event, ref, cfg, pro=None, bound=None, device=DEFAULT, quiet=True):
-    if quiet:  # a worker process (quiet=False: the caller's own process, left as it is)
+def _init_worker(deadline, stop_event, ref, cfg, pro=None, bound=None, device=DEFAULT, quiet=True, gen=None):
+    if quiet:  # a worker process (quiet=False: the caller's own process, left as it is); the
+        # executor runs it at one BLAS thread (one worker per core)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        set_blas_threads(1)  # one worker per core: BLAS threads on top oversubscribe them
     # with input prologues the generator searches the core program; plans are folded
-    # back (prologue.fold) before they are built against the reference
-    _W["gen"] = Generator(pro.core if pro is not None else ref, cfg, deadline, stop_event, bound, device)
+    # back (prologue.fold) before they are built against the reference. `gen`: the
+    # driver's generator of the same program, config and bound, whose value memos
+    # (tiles, block ops, schedules) `split` filled for every item's first kernel: a
+    # forked worker starts from them instead of building its own (`_search`)
+    if gen is None:
+        gen = Generator(pro.core if pro is not None else ref, cfg, deadline, stop_event, bound, device)
+    gen.deadline, gen.stop_flag = deadline, stop_event
+    _W["gen"] = gen
     _W["ref"] = ref
     _W["fold"] = pro.variants if pro is not None else None  # a core plan -> the plans it stands for
 
@@ -532,7 +537,7 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
 
     checks = _Checks(ref, cfg, device)
     if workers == 1 and cfg.executor == "local":
-        _init_worker(enumeration_deadline, None, ref, cfg, pro, bound, device, quiet=False)
+        _init_worker(enumeration_deadline, None, ref, cfg, pro, bound, device, quiet=False, gen=gen)
         try:
             progress.phase(*enumeration)  # in the try: Ctrl-C right after its line is handled
             for k in lanes.order:
@@ -545,7 +550,10 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
         finally:
             progress.end()
         return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, checks, deadline, progress)
-    pool = checks.pool = X.make(cfg.executor, workers, _init_worker, (ref, cfg, pro, bound, device),
+    # the local pool's workers are forked: they start from `gen`'s memos at no cost; a
+    # Ray worker builds its own (they would travel pickled)
+    warm = gen if cfg.executor == "local" else None
+    pool = checks.pool = X.make(cfg.executor, workers, _init_worker, (ref, cfg, pro, bound, device, True, warm),
                                 enumeration_deadline)
     running: dict = {}  # the calls of work items in flight: pool handle -> (lane, units, start)
     ranked = (-1, [])  # (len(found), its ranking)
@@ -695,7 +703,6 @@ def _rank(ref, cfg, stats, found: dict, device, seconds, checks=None, deadline=N
 
 def _ignore_sigint(deadline, stop_flag):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    set_blas_threads(1)
 
 
 def _verify_ranked(checks: _Checks, stats, ranked, cands, notes, deadline, progress=None) -> int:

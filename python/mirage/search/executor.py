@@ -26,6 +26,8 @@ nothing; a task that still fails fails the search as it would locally. Ray is op
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import itertools
 import multiprocessing as mp
 import os
@@ -34,6 +36,8 @@ import signal
 import socket
 import time
 import uuid
+
+from ..verify.blas import set_threads as set_blas_threads
 
 EXECUTORS = ("local", "ray")
 ADDRESS_VARIABLE = "MIRAGE_RAY_ADDRESS"
@@ -61,7 +65,8 @@ class LocalPool:
         ctx = mp.get_context("fork")
         self.workers = workers
         self._stop = ctx.Event()
-        self._pool = ctx.Pool(workers, _local_init, (init, deadline, self._stop) + tuple(init_args))
+        with _one_blas_thread() as inherited:  # mp's Pool forks its workers here
+            self._pool = ctx.Pool(workers, _local_init, (init, not inherited, deadline, self._stop) + tuple(init_args))
         self._ids = itertools.count()
         self._done: queue.Queue = queue.Queue()  # (handle, result, exception), filled by the pool's thread
         self.running: set = set()
@@ -98,11 +103,52 @@ class LocalPool:
         self._pool.join()
 
 
-def _local_init(init, *args):
+def _local_init(init, set_blas, *args):
     # a driver connected to Ray has Ray's SIGTERM handler, which its forked children
     # inherit: it would print a crash report when `terminate()` stops them
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if set_blas:  # the parent could not fork them at one BLAS thread (`_one_blas_thread`)
+        set_blas_threads(1)
     init(*args)
+
+
+# (getter, setter) of OpenBLAS's thread count, as numpy's and scipy's copies name them
+_OPENBLAS_COUNT = [(f"{p}_get_num_threads{s}", f"{p}_set_num_threads{s}")
+                   for p in ("openblas", "scipy_openblas") for s in ("", "64_", "_64_")]
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """This process's OpenBLAS at one thread while a pool forks its workers, then back at
+    its own count; yields whether it could (each OpenBLAS found has a getter). One worker
+    runs per core, so the workers must run one BLAS thread each (verify/blas.py), and they
+    get it by inheritance: a forked child that sets the count itself restarts OpenBLAS's
+    thread pool first (one thread per core, each spinning ~0.1 s before it sleeps). On
+    the 16-CPU GPU machine that took 3.3 s of the 17.8 s of CPU of a 16-worker GQA search
+    (max_block_ops=7), 0.1-0.3 s in each worker before its first call, and delayed the
+    first calls while 240 threads spun."""
+    saved = []  # (setter, count before)
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower()})
+    except OSError:  # not Linux
+        paths = []
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for get, put in _OPENBLAS_COUNT:
+            if hasattr(lib, get) and hasattr(lib, put):
+                saved.append((getattr(lib, put), getattr(lib, get)()))
+                break
+    for put, _ in saved:
+        put(ctypes.c_int(1))
+    try:
+        yield bool(saved) and len(saved) == len(paths)
+    finally:
+        for put, n in saved:
+            put(ctypes.c_int(n))
 
 
 # -- Ray ---------------------------------------------------------------------------------
@@ -240,6 +286,7 @@ def _task(token: str, context: list, flags, fn, arg):
     if _context["token"] != token:
         init, init_args, wall = ray.get(context[0])
         deadline = None if wall is None else time.monotonic() + (wall - time.time())
+        set_blas_threads(1)  # one task per CPU (a Ray worker is not forked from the driver: no restart)
         init(deadline, _RemoteFlag(flags, token), *init_args)
         _context["token"] = token
     return fn(arg)
