@@ -8,7 +8,7 @@
 projections and the six benchmarks' matmul shapes under four tile shapes (BN x BK: 64x64,
 32x128, 64x128) and two split rules (as chosen; until about two blocks an SM), beside
 torch's own `x @ W` (cuBLAS). `fma`: matmuls without tensor cores (a 4097-key dim, odd K)
-at 128 and 256 threads, for the K-split lanes of `emitters.matmul.k_lanes`. Each bundle is
+at 128 and 256 threads, for the K-split lanes of `kernel_plan.k_lanes`. Each bundle is
 checked against torch fp32 on fresh inputs (NaN-poisoned output, launched twice), then
 timed as gpu_bench.py times (do_bench medians, CUDA graphs over input sets spanning 4x L2,
 the L2 flushed between calls). Another tree's lowering: build with its python/ first on

@@ -12,7 +12,7 @@ import pytest
 import mirage as mi
 from mirage.lower import convert_to_gpu
 from mirage.lower.convert import plan_graph
-from mirage.lower.kernel_plan import Options
+from mirage.lower.kernel_plan import Options, choose_split
 from mirage.lower.predefined import MM_MIN_BLOCKS, MM_TILE_MAX, default_block_graph
 from test_predefined import one, same
 
@@ -35,25 +35,41 @@ def test_matmul_over_4097_keys_is_tiled_and_lowers(sa, sb):
 
 
 def test_decode_attention_over_4097_keys_fills_the_machine():
-    """Softmax rows over 4097 keys loop over the row (17 x 241): one row a block, not 16;
-    P @ V at batch 1 (16 output tiles of 64 columns, a K loop of 17 steps that cannot be
-    split) takes narrower column tiles until it has MM_MIN_BLOCKS blocks (or 8-column tiles)."""
+    """Softmax rows over 4097 keys are one tile (not 17 serial steps of 241): one row a block.
+    Q @ K^T (no K loop) narrows its key tiles to MM_MIN_BLOCKS blocks: 17 keys, not 241. P @ V
+    keeps whole 128-column rows of V and its 17-step K loop (prime: no divisor leaves two
+    steps a block) is split one step a block."""
     rng = np.random.default_rng(6)
     for kind in ("reduce_max", "reduction"):
         g = one(lambda g, a: getattr(g, kind)(a, 3), (1, 8, 4, 4097))
         tb = default_block_graph(g.ops[0])
-        assert np.prod(tb.grid_dim) == 32 and tb.forloop_range == 17
+        assert np.prod(tb.grid_dim) == 32 and tb.forloop_range == 1
         same(g, rng)
+    g = one(lambda g, a, b: g.matmul(a, b), (1, 8, 4, 128), (1, 8, 128, 4097))
+    tb = default_block_graph(g.ops[0])
+    assert tb.inputs[1].stensor.shape[-1] == 17 and np.prod(tb.grid_dim) == 8 * 241 >= MM_MIN_BLOCKS
     for bs in (1, 8):
         g = one(lambda g, a, b: g.matmul(a, b), (bs, 8, 4, 4097), (bs, 8, 4097, 128))
         tb = default_block_graph(g.ops[0])
-        cols = tb.inputs[1].stensor.shape[-1]
-        # MM_MIN_BLOCKS blocks, or as many as 8-column (16-byte) tiles give
-        assert np.prod(tb.grid_dim) >= MM_MIN_BLOCKS or cols == 8, (tb.grid_dim, cols)
-        assert cols == (8 if bs == 1 else 16), cols
+        assert tb.inputs[1].stensor.shape[-2:] == (241, 128) and tb.forloop_range == 17
+        assert choose_split(tb, Options()) == 17
         if bs == 1:  # (the interpreter at batch 8 is slow; the rewrite is the same)
             xs, got = same(g, rng)
             np.testing.assert_allclose(got[0], xs[0] @ xs[1], rtol=1e-9, atol=1e-9)
+
+
+def test_unaligned_rows_are_gathered_in_16_byte_chunks():
+    """An input tile whose rows are contiguous but not 16-byte aligned (4097 keys) is read in
+    aligned 16-byte chunks, several in flight a thread, not element by element."""
+    pytest.importorskip("mlir.ir")
+    from mirage.lower import to_ptx
+
+    g = one(lambda g, a: g.reduce_max(a, 3), (1, 8, 4, 4097))
+    low, ptx = to_ptx(g)
+    (k,) = low.kernels
+    assert "ld.global.v4" in ptx or "ld.global.nc.v4" in ptx
+    plan = plan_graph(g, Options()).kernels[0].plan
+    assert plan.gather_in[0] == 8 and "16-byte chunks gathered" in plan.describe()
 
 
 def _kinds(low):

@@ -106,7 +106,7 @@ def test_reductions(kind, shape, dim):
 
 def test_long_reduction_loops_over_the_reduced_dim():
     tb = default_block_graph(one(lambda g, a: g.reduction(a, 1), (4, 16384)).ops[0])
-    assert tb.forloop_range == 4 and tb.inputs[0].forloop_dim == 1
+    assert tb.forloop_range == 2 and tb.inputs[0].forloop_dim == 1  # rows of up to ROW_TILE = 8192
     assert [op.attrs.get("kind") for op in tb.ops if op.kind == "forloop_accum"] == ["none"]
 
 
@@ -238,12 +238,13 @@ def test_few_long_rows_are_split_across_warps():
 
 
 def test_fma_matmul_splits_k_over_lanes_when_outputs_are_few():
-    # P @ V over 4097 keys (no tensor cores): 32 outputs a block, 128 threads: 4 lanes an
-    # output sum its keys and combine by shuffles (checked against torch on an H100: exp_rt/p14)
-    from mirage.lower.emitters.matmul import k_lanes
+    # a matmul over 4097 keys (no tensor cores) with 8 columns: 32 outputs a block, 128
+    # threads: 4 lanes an output sum its keys and combine by shuffles (checked against torch
+    # on an H100: exp_rt/p14)
+    from mirage.lower.kernel_plan import k_lanes
 
     assert [k_lanes(32, 241, 128), k_lanes(32, 241, 256), k_lanes(64, 241, 128), k_lanes(8, 2, 128)] == [4, 8, 1, 1]
-    low, bodies = kernels_of(one(lambda g, a, b: g.matmul(a, b), (8, 4, 4097), (8, 4097, 128)))
+    low, bodies = kernels_of(one(lambda g, a, b: g.matmul(a, b), (8, 4, 4097), (8, 4097, 8)))
     (k,) = low.kernels
     body = bodies[k["name"]]
     assert "mma.sync" not in body and body.count("shfl.sync.bfly") == 2  # xor 1, 2: four lanes

@@ -247,7 +247,8 @@ def split_ok(tb: TBGraph) -> bool:
 def choose_split(tb: TBGraph, opts: "Options") -> int:
     """Split the for-loop when the grid has fewer blocks than 3/4 of the multiprocessors:
     the largest divisor s of the loop range with blocks * s <= 4 * SMs and at least two
-    iterations per block left (so the cp.async ring still prefetches)."""
+    iterations per block left (so the cp.async ring still prefetches); a long loop with no
+    such divisor (17 steps of 241 keys) runs one iteration a block, up to 16 blocks an SM."""
     if opts.split:
         return opts.split if split_ok(tb) and tb.forloop_range % opts.split == 0 else 1
     blocks = prod(tb.grid_dim)
@@ -257,7 +258,69 @@ def choose_split(tb: TBGraph, opts: "Options") -> int:
     for s in range(2, tb.forloop_range + 1):
         if tb.forloop_range % s == 0 and blocks * s <= 4 * opts.sms and tb.forloop_range // s >= 2:
             best = s
+    R = tb.forloop_range
+    if best == 1 and R >= 8 and blocks * R <= 16 * opts.sms:
+        best = R
     return best
+
+
+def mma_ok(op: Op, opts: "Options", nthreads: int) -> bool:
+    """Whether block matmul `op` runs on tensor cores (else the f32 FMA matmul)."""
+    if not opts.tensor_cores or nthreads % 32:
+        return False
+    a, b = op.inputs
+    # bf16: upstream nvgpu.mma.sync cannot deduce bf16 PTX operand types (MLIR 22);
+    # bf16 tiles use nvgpu.ldmatrix and an inline-PTX mma.sync (`mma_bf16`)
+    if a.dtype.mlir not in ("f16", "bf16") or b.dtype != a.dtype:
+        return False
+    if prod(a.shape[:-2]) != 1 or prod(b.shape[:-2]) != 1:
+        return False
+    K, N = a.shape[-1], b.shape[-1]
+    return K % 16 == 0 and N % 8 == 0
+
+
+def k_lanes(outputs: int, K: int, threads: int) -> int:
+    """Threads that share one output element of an FMA matmul and split its K sum: the most
+    (a power of two, at most a warp) that the block's threads hold, if at least 4 (else 1).
+    P @ V at decode has 28-64 outputs a block and 241 keys a step: one thread per output
+    left most threads idle and ran 241 dependent FMAs each. H100, one matmul, cold L2
+    (benchmarks/results/matmul_sweep.md): [8, 4, 4097] @ [8, 4097, 128] 73.1 -> 62.7 us (4
+    lanes), 59.5 -> 44.6 (256 threads, 8 lanes); [16, 1, 4097] @ [16, 4097, 64] 47.4 ->
+    32.2; with 2 lanes no gain ([4, 7, 4097] @ [4, 4097, 128]: 88.1 -> 92.8)."""
+    lanes = 1
+    while lanes < 32 and outputs * lanes * 2 <= threads and lanes * 2 <= K and threads % 32 == 0:
+        lanes *= 2
+    return lanes if lanes >= 4 else 1
+
+
+FMA_LONG_K = 1024  # an FMA matmul's K sum this long is a chain worth more lanes
+WIDE_BLOCK = 512
+WIDE_TILE = 32768
+
+
+def block_threads(tb: TBGraph, opts: "Options") -> tuple:
+    """Threads of a block: opts.threads (a 1-d block) if set, else the μGraph's block_dim
+    (neither changes what the block graph computes), widened to WIDE_BLOCK threads where
+    - an FMA matmul sums at least FMA_LONG_K terms an output and more threads give it at
+      least twice the lanes (`k_lanes`). H100, decode attention: P @ V over 4097 keys in 64
+      blocks of 64 outputs, one thread an output, ran 4097 dependent FMAs a thread: 51 us;
+    - or a grid of fewer blocks than a quarter of the SMs reads at least WIDE_TILE bytes a
+      block: its few warps keep few loads in flight (exp and row sums over [8, 4097] in 4
+      blocks: 23 us)."""
+    if opts.threads:
+        return (opts.threads, 1, 1)
+    block = tuple(tb.block_dim)
+    T = prod(block)
+    if T < WIDE_BLOCK and prod(tb.grid_dim) < opts.sms // 4 and \
+            sum(prod(r.stensor.shape) * r.stensor.dtype.itemsize for r in tb.inputs) >= WIDE_TILE:
+        return (WIDE_BLOCK, 1, 1)
+    for op in tb.ops:
+        if op.kind != "matmul" or mma_ok(op, opts, T) or op.inputs[0].shape[-1] < FMA_LONG_K:
+            continue
+        n, K = prod(op.outputs[0].shape), op.inputs[0].shape[-1]
+        if T < WIDE_BLOCK and k_lanes(n, K, WIDE_BLOCK) >= 2 * k_lanes(n, K, T):
+            return (WIDE_BLOCK, 1, 1)
+    return block
 
 
 ROW_OPS = scalar.BINARY + scalar.UNARY + ("constant", "thread_graph", "reduction", "reduce_max", "rms_norm")
@@ -368,9 +431,7 @@ class KernelPlan:
         self.cnt_off = off  # fold: one arrival counter (f32) per block of the μGraph's grid
         if mode == "partial" and opts.fold_combine:
             self.ws_size = off + prod(tb.grid_dim)
-        # threads of a block: the μGraph's block_dim, unless the options ask for a 1-d block of
-        # another size (block_dim does not change what a block graph computes)
-        self.block = (opts.threads, 1, 1) if opts.threads else tuple(tb.block_dim)
+        self.block = block_threads(tb, opts)
         self.nthreads = prod(self.block)
         self.R = tb.forloop_range
         self.lead = tuple(tb.grid_dim) + (self.R,)
@@ -404,19 +465,6 @@ class KernelPlan:
             for t in op.inputs:
                 cons.setdefault(id(t), []).append(op)
         return cons
-
-    def _mma_ok(self, op: Op) -> bool:
-        if not self.opts.tensor_cores or self.nthreads % 32:
-            return False
-        a, b = op.inputs
-        # bf16: upstream nvgpu.mma.sync cannot deduce bf16 PTX operand types (MLIR 22);
-        # bf16 tiles use nvgpu.ldmatrix and an inline-PTX mma.sync (`mma_bf16`)
-        if a.dtype.mlir not in ("f16", "bf16") or b.dtype != a.dtype:
-            return False
-        if prod(a.shape[:-2]) != 1 or prod(b.shape[:-2]) != 1:
-            return False
-        K, N = a.shape[-1], b.shape[-1]
-        return K % 16 == 0 and N % 8 == 0
 
     def _warp_rows_ok(self, op: Op) -> bool:
         """Each warp owns whole 16-row blocks of the matmul's output (all its 16x8 tiles
@@ -485,7 +533,7 @@ class KernelPlan:
         out_ids = {id(o.stensor) for o in tb.outputs}
         a_ops, b_ops = set(), set()
         for op in tb.ops:
-            if op.kind == "matmul" and self._mma_ok(op):
+            if op.kind == "matmul" and mma_ok(op, self.opts, self.nthreads):
                 self.mma_ops.add(id(op))
                 a_ops.add(id(op.inputs[0]))
                 b_ops.add(id(op.inputs[1]))
@@ -547,6 +595,7 @@ class KernelPlan:
         self.async_in = {}
         for k, rec in enumerate(tb.inputs):
             self.async_in[k] = self._vec_copy(rec, self.ins[k])
+        self.gather_in = {k: 0 if self.async_in[k] else self._gather(rec, self.ins[k]) for k, rec in enumerate(tb.inputs)}
         varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1 and self.async_in[k]]
         self.flag = Tile((1,), "f32", 4) if self.fold else None
         # partial row sums of warps that share a row (`warp_rows` with few, long rows)
@@ -733,6 +782,18 @@ class KernelPlan:
             return 0
         return vec
 
+    def _gather(self, rec, g: GlobalArg) -> int:
+        """Elements per 16-byte chunk if the input tile's rows are contiguous in global memory
+        but not cut into aligned 16-byte chunks (rows of 4097 keys): they are gathered from
+        the aligned chunks that overlap them (`TileIO.load_input`); else 0 (element copies)."""
+        tile = rec.stensor.shape
+        tl = self.tiles[id(rec.stensor)]
+        V = 16 // g.itemsize
+        if not self.opts.vectorize or not tile or not tl.inner_last or tl.swizzle or g.strides[-1] != 1 \
+                or tile[-1] < 2 * V:
+            return 0
+        return V
+
     def _streamed(self, k: int) -> bool:
         """Input k is read once overall (every grid dim > 1 partitions it) and varies
         with the loop: an L2 evict_first candidate."""
@@ -789,7 +850,8 @@ class KernelPlan:
             out.append(f"  tile {names.get(t, '?')} {list(tile.shape)} {tile.elt} at {tile.offset} ({lay}"
                        + (f", {tile.stages} stages" if tile.stages > 1 else "") + ")")
         for k, rec in enumerate(tb.inputs):
-            how = ("cp.async" if self.async_in[k] else "element copies") + (", evict_first" if self._streamed(k) else "")
+            how = ("cp.async" if self.async_in[k] else "16-byte chunks gathered" if self.gather_in[k]
+                   else "element copies") + (", evict_first" if self._streamed(k) else "")
             out.append(f"  input {k}: {how}")
         for op in tb.ops:
             if self.vec_width(op) > 1:

@@ -32,7 +32,10 @@ from .kernel_plan import LoweringError
 THREADS = 128
 ELEMWISE_TILE = 2048  # elements of the output tile per block (element-wise and layout ops)
 REDUCE_TILE = 4096    # elements of the input tile per block (reductions, norms)
-ROW_TILE = 4096       # longest reduced extent held in one tile; longer ones loop
+# longest reduced extent held in one tile; longer ones loop. A row of 4097 keys (not 16-byte
+# aligned, copied element by element) looped in 17 steps of 241 waited out a load latency
+# each step: reduce_max over [1, 8, 4, 4097] took 13.3 us on the H100
+ROW_TILE = 8192
 # preferred BM, BN, BK of a matmul block. At decode sizes a matmul streams its weights:
 # narrow, deep tiles (32 columns, 128-row K steps) give twice the blocks of 64 x 64 without
 # split-K, unless the 64-wide grid already fills the SMs (N >= 64 x SMs) or the K loop is
@@ -44,9 +47,8 @@ MM_TILE = (64, 32, 128)
 MM_TILE_WIDE = (64, 64, 64)
 MM_LONG_K = 8192
 MM_TILE_MAX = 256  # largest matmul tile dim where no divisor fits the tensor-core tile
-# a matmul without tensor cores narrows its column tiles (to 8) to reach this many blocks,
-# about 4 an SM: P @ V over 4097 keys at batch 8 in 128 blocks of 64 columns ran one
-# 127 KB block an SM, 148 us for 67 MB on the H100
+# a matmul without tensor cores and without a K loop narrows its column tiles to reach this
+# many blocks, about 4 an SM (Q @ K^T over 4097 keys: 17-key tiles, not 241)
 MM_MIN_BLOCKS = 512
 VEC = 8  # a last-dim tile of a multiple of 8 elements is copied in 16-byte chunks (f16)
 
@@ -211,12 +213,20 @@ def _matmul(op: Op) -> TBGraph:
     BN = N if N <= bn else _tile(N, bn, 8)
     BK = K if K <= bk else _tile(K, bk, 16)
     if BK % 16 or BN % 8:
-        # no tensor cores, and a K loop of few prime steps cannot be split across blocks
-        # (4097 = 17 x 241 keys): narrower column tiles fill the machine instead (attention's
-        # P @ V at decode: 16 blocks took 137 us on the H100)
+        # no tensor cores: an FMA matmul is latency-bound, so it must fill the machine. A K
+        # loop is split across blocks (`kernel_plan.choose_split`, one step a block where
+        # the steps are prime: 4097 = 17 x 241 keys), so its blocks keep whole rows of B (up
+        # to 128 columns); without one, the column tile narrows until there are
+        # MM_MIN_BLOCKS blocks. H100, decode attention over 4097 keys: P @ V in 8-column
+        # tiles, 17 serial steps a block, took 54 us; Q @ K^T in 136 blocks 12.8 us
         blocks = prod(a.shape[:-2]) * (M // BM)
-        while blocks * (N // BN) < MM_MIN_BLOCKS and BN % 16 == 0:
-            BN //= 2
+        if K // BK > 1:
+            BN = max(d for d in _divisors(N) if d <= 128)
+        else:
+            # (16-byte column tiles where N has them)
+            cands = [d for d in _divisors(N) if d <= BN and (d % VEC == 0 or N % VEC)]
+            fill = [d for d in cands if blocks * (N // d) >= MM_MIN_BLOCKS]
+            BN = max(fill) if fill else min(cands)
     splits = [(rank - 1, N // BN), (rank - 2, M // BM)] + [(d, a.shape[d]) for d in range(rank - 2)]
     splits = [(d, p) for d, p in splits if p > 1]
     for whole in (rank - 2, rank - 1):  # more than three parallel axes: keep M, then N, whole

@@ -9,20 +9,7 @@ from math import prod
 
 from ...core.graph import Op, STensor
 from .. import scalar
-
-
-def k_lanes(outputs: int, K: int, threads: int) -> int:
-    """Threads that share one output element of an FMA matmul and split its K sum: the most
-    (a power of two, at most a warp) that the block's threads hold, if at least 4 (else 1).
-    P @ V at decode has 28-64 outputs a block and 241 keys a step: one thread per output
-    left most threads idle and ran 241 dependent FMAs each. H100, one matmul, cold L2
-    (benchmarks/results/matmul_sweep.md): [8, 4, 4097] @ [8, 4097, 128] 73.1 -> 62.7 us (4
-    lanes), 59.5 -> 44.6 (256 threads, 8 lanes); [16, 1, 4097] @ [16, 4097, 64] 47.4 ->
-    32.2; with 2 lanes no gain ([4, 7, 4097] @ [4, 4097, 128]: 88.1 -> 92.8)."""
-    lanes = 1
-    while lanes < 32 and outputs * lanes * 2 <= threads and lanes * 2 <= K and threads % 32 == 0:
-        lanes *= 2
-    return lanes if lanes >= 4 else 1
+from ..kernel_plan import k_lanes
 
 
 class MatmulEmitter:
