@@ -22,13 +22,21 @@ local executor, started together). Their mean time t_N against the one-worker ru
 do not slow each other down); the search's efficiency against the machine is
 t_N / (N·T_N), T_N being the N-worker search: 1.0 when the search split over N workers
 loses nothing beyond what N busy CPUs lose anyway.
+
+`--trace DIR` (local executor) records, in every process of a search (the driver; the
+workers, forked, inherit it), each work unit's and each call's CPU (`time.process_time()`)
+and wall time, in DIR/<pid>.jsonl, and adds per run: the units' CPU (and against the same
+units in the one-worker run), the workers' CPU outside their calls, when their first
+calls began. How the 16-worker search's extra CPU was found (results/search_scaling.md).
 Needs `pip install '.[ray]'` (not with `--executor local`). Writes
 benchmarks/results/search_scaling.md (or --out; `--executor local`: search_scaling_local.md).
 """
 import argparse
 import contextlib
 import datetime
+import glob
 import io
+import json
 import multiprocessing as mp
 import os
 import platform
@@ -41,7 +49,61 @@ import warnings
 sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "python"), os.path.dirname(__file__)]
 
 from search_benchmarks import BENCHMARKS  # noqa: E402
-from mirage.search import superoptimize  # noqa: E402
+from mirage.search import driver as D, superoptimize  # noqa: E402
+
+PLAIN = {"item": D._run_item, "units": D._run_units, "check": D._check_item}  # the driver's, wrapped by --trace
+TRACE = {}  # "dir": where --trace writes
+
+
+def _log(rec):
+    with open(os.path.join(TRACE["dir"], f"{os.getpid()}.jsonl"), "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def _traced_item(unit):
+    c, t = time.process_time(), time.time()
+    out = PLAIN["item"](unit)
+    _log(["unit", repr(unit), t, time.time(), c, time.process_time()])
+    return out
+
+
+def _traced_units(units):  # module-level: the pool sends it to the workers by name
+    c, t = time.process_time(), time.time()
+    out = PLAIN["units"](units)
+    _log(["call", len(units), t, time.time(), c, time.process_time()])
+    return out
+
+
+def _traced_check(arg):
+    c, t = time.process_time(), time.time()
+    out = PLAIN["check"](arg)
+    _log(["check", 1, t, time.time(), c, time.process_time()])
+    return out
+
+
+def trace_summary(t0, one=None):
+    """(units' CPU per unit, a line on the run that started at `t0`): its units' CPU (against
+    `one`, the per-unit CPU of a one-worker run), per worker process the CPU outside its
+    calls and checks (from its start to its last call's end) and when its first call began."""
+    units, outside, first = {}, 0.0, []
+    for path in glob.glob(os.path.join(TRACE["dir"], "*.jsonl")):
+        with open(path) as f:
+            recs = [r for r in map(json.loads, f) if r[2] >= t0]
+        calls = sorted((r for r in recs if r[0] in ("call", "check")), key=lambda r: r[2])
+        for r in recs:
+            if r[0] == "unit":
+                units[r[1]] = r[5] - r[4]
+        if calls:
+            outside += calls[-1][5] - sum(r[5] - r[4] for r in calls)
+            first.append(calls[0][2] - t0)
+    total = sum(units.values())
+    line = f"units {len(units)}, their CPU {total:.2f} s"
+    if one:
+        line += f" (x{total / sum(one.get(k, 0.0) for k in units):.2f} of the same units in the one-worker run)"
+    if first:
+        line += (f"; {len(first)} pool processes, CPU outside their calls and checks {outside:.2f} s, "
+                 f"first calls at {min(first):.2f}-{max(first):.2f} s")
+    return units, line
 
 PROGRAMS = ("gqa", "qknorm_attention")
 
@@ -107,8 +169,15 @@ def main():
     ap.add_argument("--no-checks", action="store_true", help="verify=False: no checks of the best candidates")
     ap.add_argument("--independent", action="store_true",
                     help="also N independent one-worker searches at once per worker count N > 1 (the machine's scaling)")
+    ap.add_argument("--trace", metavar="DIR", help="per-unit and per-call CPU and wall time of every process (local)")
     ap.add_argument("--out")
     a = ap.parse_args()
+    if a.trace:
+        if a.executor != "local":
+            ap.error("--trace needs --executor local (Ray's workers are not forked from this process)")
+        os.makedirs(a.trace, exist_ok=True)
+        TRACE["dir"] = a.trace
+        D._run_item, D._run_units, D._check_item = _traced_item, _traced_units, _traced_check
     results = os.path.join(os.path.dirname(__file__), "results")
     a.out = a.out or os.path.join(results, "search_scaling.md" if a.executor == "ray" else "search_scaling_local.md")
     if a.executor == "ray":
@@ -158,10 +227,16 @@ def main():
                 "|---|---|---|---|---|---|---|---|---|" + "---|" * (3 * a.independent) + "---|---|---|"]
         base = None
         at_once = {}  # N -> the times of N independent one-worker searches
+        traces, one = [], None  # --trace: a line per run; the one-worker run's CPU per unit
         for w in ws:
-            t0 = time.monotonic()
+            t0, wall0 = time.monotonic(), time.time()
             res, enum, l0, l1, used = run(name, w, a)
             total = time.monotonic() - t0
+            if a.trace:
+                per_unit, line = trace_summary(wall0, one)
+                one = per_unit if w == 1 and one is None else one
+                traces.append(f"- {w} worker(s): {line}")
+                print(traces[-1], flush=True)
             if base is None:
                 base = (enum, total, res.stats.states, res.candidates[0].key)
             same = (res.stats.states, res.candidates[0].key) == base[2:]
@@ -186,6 +261,8 @@ def main():
                     f"{'(reference)' if res.candidates[0].key == 'reference' else ''}| {l0:.1f} / {l1:.1f} |")
             out.append(row)
             print(row, flush=True)
+        if traces:
+            out += ["", f"Trace (--trace {a.trace}):", ""] + traces
         out.append("")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
