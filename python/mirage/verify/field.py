@@ -239,7 +239,7 @@ def _mm_plan(ashape, bshape, m: int) -> tuple[str, int]:
     """How `_matmul_mod` computes a @ b: (how, L), the least cost (in MACs) of
 
     - "free": the smaller operand S split into L balanced w-bit digits stacked along its free
-      axis (rows of a, columns of b), the larger G converted to balanced float64 once; L output
+      axis (rows of a, columns of b), the larger G converted to float64 once, less (m-1)/2; L output
       planes, combined by Horner. Cheap when the output is small next to G (GEMV, long
       contractions);
     - "fold": the larger operand X split into digits and the smaller Y scaled by 2^(w i)
@@ -265,9 +265,9 @@ def _mm_plan(ashape, bshape, m: int) -> tuple[str, int]:
 
 def _chunk(how: str, L: int, m: int, k: int) -> tuple[int, int]:
     """(w, c): digits of w bits (wL >= 32), and the contraction terms of one chunk. Every
-    term is a digit (|d| <= 2^(w-1)) times a balanced residue (|g| <= (m-1)/2: twice the
-    terms of a chunk of residues in [0, m)), and c·term <= _EXACT keeps every partial sum of
-    a chunk exact."""
+    term is a digit (|d| <= 2^(w-1)) times a residue balanced or offset by (m-1)/2 (|g| <=
+    (m-1)/2: twice the terms of a chunk of residues in [0, m)), and c·term <= _EXACT keeps every
+    partial sum of a chunk exact."""
     w = -(-32 // L)
     term = (1 << (w - 1)) * ((m - 1) // 2)
     return w, min(_EXACT // term, k if how == "free" else L * k)
@@ -281,12 +281,18 @@ def _matmul_mod(a: np.ndarray, b: np.ndarray, m: int, plan: tuple[str, int] | No
     how, L = plan or _mm_plan(a.shape, b.shape, m)
     w, c = _chunk(how, L, m, a.shape[-1])
     a_small = a.size <= b.size
+    half = (m - 1) // 2
     if how == "free":
+        # the larger operand less (m-1)/2 (as small as balanced residues, in one pass: balancing
+        # took four); the offset comes back as (m-1)/2 times the digits' sums over the contraction
         g = b if a_small else a
-        big = _balanced_float(g, m)
+        big = _empty(g.shape)
+        np.subtract(g, float(half), out=big, casting="unsafe")
         axis = -2 if a_small else -1
         digits = _stacked_digits(a if a_small else b, L, w, axis)
         lhs, rhs = (digits, big) if a_small else (big, digits)
+        dsum = digits.sum(axis=-1 if a_small else -2, keepdims=True)  # exact: |sum| <= k 2^(w-1)
+        offset = (np.remainder(dsum, m).astype(np.int64) * half % m).astype(np.float64)
     else:
         # digits of the larger operand and scaled copies of the smaller along the contraction
         xs = _stacked_digits(b if a_small else a, L, w, -2 if a_small else -1)
@@ -311,7 +317,12 @@ def _matmul_mod(a: np.ndarray, b: np.ndarray, m: int, plan: tuple[str, int] | No
         return _to_residue(acc, m)
     # Horner over the L digit planes, from the top, reducing only where a bound would pass 2^53
     red = m // 2 + 2  # bound after a reduction
-    pb = kk * (1 << (w - 1)) * ((m - 1) // 2) if c >= kk else -(-kk // c) * red  # bound of every part
+    pb = kk * (1 << (w - 1)) * half if c >= kk else -(-kk // c) * red  # bound of every part
+    if pb + m > _EXACT:
+        _reduce(acc, m)
+        pb = red
+    acc += offset
+    pb += m
     parts = np.split(acc, L, axis=axis)
     r, rb = parts[-1], pb
     for part in reversed(parts[:-1]):
