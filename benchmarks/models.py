@@ -28,8 +28,8 @@ the outputs (layer output and the updated K/V cache) against the float64 layer (
 Frobenius error; the fp16 eager layer's error beside it) and times ours, eager and
 torch.compile(mode="reduce-overhead") (CUDA graphs) with `triton.testing.do_bench`
 (median, µs); ours also captured in a CUDA graph (checked again, then its replays timed:
-without the host's per-launch cost, as torch.compile's graphs). `--profile` lists ours'
-kernels by GPU time.
+without the host's per-launch cost, as torch.compile's graphs). `--profile [N]` lists ours'
+N costliest kernels by GPU time; `--only llama_bs1 ...` runs some layers of OUT.
 """
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ def kernel_profile(fn, top: int = 8) -> str:
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=top)
 
 
-def run(src: str, md: str | None, profile_kernels: bool = False) -> int:
+def run(src: str, md: str | None, profile_kernels: int = 0, only=None) -> int:
     import mirage.torch as mt
     from triton.testing import do_bench
 
@@ -170,6 +170,8 @@ def run(src: str, md: str | None, profile_kernels: bool = False) -> int:
     dev = torch.device("cuda")
     rows, ok = [], True
     for name, entry in index["cases"].items():
+        if only and name not in only:
+            continue
         family, batch = name.rsplit("_bs", 1)
         step, ins = make(family, int(batch), index["context"], dev, index.get("small", False))
         opt = mt.load(os.path.join(src, name), module=step, weights=False)
@@ -209,7 +211,7 @@ def run(src: str, md: str | None, profile_kernels: bool = False) -> int:
                 print(f"{name}: torch.compile(mode='reduce-overhead') failed: {type(e).__name__}: {e}", flush=True)
         if profile_kernels:
             with torch.no_grad():
-                print(f"{name}: kernels of ours, 5 calls\n{kernel_profile(lambda: opt(*ins))}", flush=True)
+                print(f"{name}: kernels of ours, 5 calls\n{kernel_profile(lambda: opt(*ins), profile_kernels)}", flush=True)
         passed = not fallbacks and not heavy and max(errs) < 1e-2 and max(errs_graph) < 1e-2
         ok &= passed
         rows.append((name, entry, errs, errs_eager, t_ours, t_ours_graph, t_eager, t_graph, passed))
@@ -249,14 +251,16 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=CONTEXT)
     ap.add_argument("--time-limit", type=float, default=120.0, help="search time limit per segment (s)")
     ap.add_argument("--md", help="--run: also write the table to this file")
-    ap.add_argument("--profile", action="store_true", help="--run: also list the kernels of ours by GPU time")
+    ap.add_argument("--profile", type=int, nargs="?", const=8, default=0, metavar="N",
+                    help="--run: also list the N (8) costliest kernels of ours by GPU time")
+    ap.add_argument("--only", nargs="+", help="--run: these layers only (e.g. llama_bs1)")
     ap.add_argument("--small", action="store_true", help="--build: the small test config (hidden 64), to try the path")
     a = ap.parse_args(argv)
     if a.build:
         return build(a.build, a.families, a.batches, a.context, a.time_limit, a.small)
     if a.again:
         return again(a.again, a.families[0], a.batches[0], a.context, a.time_limit, a.small)
-    return run(a.run, a.md, a.profile)
+    return run(a.run, a.md, a.profile, a.only)
 
 
 if __name__ == "__main__":
