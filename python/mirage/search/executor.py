@@ -126,7 +126,7 @@ def _one_blas_thread():
     thread pool first (one thread per core, each spinning ~0.1 s before it sleeps). On
     the 16-CPU GPU machine that took 3.3 s of the 17.8 s of CPU of a 16-worker GQA search
     (max_block_ops=7), 0.1-0.3 s in each worker before its first call, and delayed the
-    first calls while 240 threads spun."""
+    first calls while up to 240 threads spun; forked at one thread, 0.1 s in all."""
     saved = []  # (setter, count before)
     try:
         with open("/proc/self/maps") as f:
