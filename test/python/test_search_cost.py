@@ -100,3 +100,32 @@ def test_cost_counts_the_output_copies_the_lowering_emits(build, copied):
     assert len(costed) == len(planned)
     # each costed copy is the kernel of its output's shape: the plan's grid
     assert [k.blocks for k in costed] == [k.plan.lead[0] * k.plan.lead[1] * k.plan.lead[2] for k in planned]
+
+
+def test_a_long_fma_sum_costs_its_dependent_chain():
+    """A block summing 4097 terms an output without tensor cores is bound by that chain, not
+    by the SIMT throughput alone (the H100 took 51 us for such a P @ V at 128 threads): 512
+    threads (`block_threads`), 8 lanes an output, 513 terms a lane, CHAIN_CYCLES each, one
+    wave. With tensor cores (4096 terms) there is no chain floor."""
+    from math import ceil
+
+    from mirage.core.graph import TBGraph
+    from mirage.search.cost import CHAIN_CYCLES, _graph_def_cost, chain_time
+    from mirage.target import DEFAULT
+
+    def attention_pv(keys):
+        g = mi.new_kernel_graph("t")
+        a = g.new_input((64, 4, keys), dtype=mi.float16)
+        b = g.new_input((64, keys, 16), dtype=mi.float16)
+        tb = TBGraph(grid_dim=[64, 1, 1], block_dim=(128, 1, 1), forloop_range=1, reduction_dimx=64)
+        r = tb.matmul(tb.new_input(a, input_map=(0, -1, -1), forloop_dim=-1),
+                      tb.new_input(b, input_map=(0, -1, -1), forloop_dim=-1))
+        tb.new_output(r, output_map=(0, -1, -1), forloop_dim=-1)
+        g.mark_output(g.customized([a, b], tb)[0])
+        return g, tb
+
+    g, tb = attention_pv(4097)
+    want = ceil(4097 / 8) * CHAIN_CYCLES / DEFAULT.clock
+    assert chain_time(tb) == pytest.approx(want)
+    assert _graph_def_cost(g.ops[0], DEFAULT).time >= DEFAULT.launch + want
+    assert chain_time(attention_pv(4096)[1]) == 0.0

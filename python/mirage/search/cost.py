@@ -19,7 +19,10 @@ input marked as output, or a tensor marked twice) costs a copy.
 - shared-memory traffic: every block op reads its operands and writes its result (per
   iteration in the loop; once for ops hoisted before it or run after it); ops fused into a thread graph keep
   their intermediates in registers, so only the group's operands and result count;
-- FLOPs from the op table (matmuls on tensor cores, the rest on the SIMT units).
+- FLOPs from the op table (matmuls on tensor cores, the rest on the SIMT units);
+- a floor for the dependent chains a thread runs (`chain_time`): the K terms of a matmul
+  without tensor cores per lane, the elements of a row reduction per lane, in waves of
+  co-resident blocks, the for-loop split across blocks as the lowering splits it.
 The device is a `mirage.target.Target` (H100 SXM by default).
 """
 from __future__ import annotations
@@ -183,5 +186,39 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
     # loads, so reading and computing do not overlap
     varying = sum(_bytes(r.stensor) for r in tb.inputs if r.forloop_dim != -1)
     serial = iters > 1 and smem_bytes(tb) + varying > dev.smem_per_block
-    t = dev.launch + (mem + work if serial else max(mem, work))
+    t = dev.launch + max(mem + work if serial else max(mem, work), chain_time(tb, dev))
     return KernelCost("graph_def", blocks, dram, smem, tc + simt, a, t)
+
+
+# cycles of one step of a thread's dependent chain (two shared-memory loads and an FMA, or a
+# load and an add): the H100 ran P @ V over 4097 keys, 64 outputs a block of 128 threads (one
+# thread an output), at about 18 cycles a term (51 us)
+CHAIN_CYCLES = 18
+
+
+def chain_time(tb: TBGraph, dev: Target = DEFAULT) -> float:
+    """Seconds of the longest dependent chains the lowering gives a thread, in waves of
+    co-resident blocks: the throughput terms assume enough independent work to hide
+    latency, which a block summing 4097 terms a thread does not have."""
+    from ..lower.kernel_plan import Options, block_threads, choose_split, k_lanes, mma_ok
+
+    opts = Options(sms=dev.sms)
+    T = prod(block_threads(tb, opts))
+    split = choose_split(tb, opts)
+    steps = 0
+    for bop, region in zip(tb.ops, regions(tb)):
+        n = tb.forloop_range // split if region == "loop" else 1
+        out = bop.outputs[0]
+        if bop.kind == "matmul" and not mma_ok(bop, opts, T):
+            outputs, K = prod(out.shape), bop.inputs[0].shape[-1]
+            lanes = k_lanes(outputs, K, T)
+            steps += n * ceil(outputs * lanes / T) * ceil(K / lanes)
+        elif bop.kind in ("reduction", "reduce_max"):  # a warp a row, its lanes along the row
+            x = bop.inputs[0]
+            L = x.shape[bop.attrs["dim"] % len(x.shape)]
+            steps += n * ceil(prod(out.shape) / max(1, T // 32)) * ceil(L / 32)
+    if not steps:
+        return 0.0
+    resident = max(1, min(2048 // T, dev.smem_per_sm // (smem_bytes(tb) + 1024)))
+    waves = ceil(prod(tb.grid_dim) * split / (dev.sms * resident))
+    return waves * steps * CHAIN_CYCLES / dev.clock
