@@ -251,14 +251,13 @@ def choose_split(tb: TBGraph, opts: "Options") -> int:
     such divisor (17 steps of 241 keys) runs one iteration a block, up to 16 blocks an SM."""
     if opts.split:
         return opts.split if split_ok(tb) and tb.forloop_range % opts.split == 0 else 1
-    blocks = prod(tb.grid_dim)
+    blocks, R = prod(tb.grid_dim), tb.forloop_range
     if not split_ok(tb) or blocks >= 0.75 * opts.sms:
         return 1
     best = 1
-    for s in range(2, tb.forloop_range + 1):
-        if tb.forloop_range % s == 0 and blocks * s <= 4 * opts.sms and tb.forloop_range // s >= 2:
+    for s in range(2, R + 1):
+        if R % s == 0 and blocks * s <= 4 * opts.sms and R // s >= 2:
             best = s
-    R = tb.forloop_range
     if best == 1 and R >= 8 and blocks * R <= 16 * opts.sms:
         best = R
     return best

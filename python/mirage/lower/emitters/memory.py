@@ -174,7 +174,11 @@ class TileIO:
                 ld = e.op(f"vector.load {g.name}[{e.idx(at)}] {{alignment = 16}} : {g.mtype}, {vt}", "vv")
                 e.line(f"scf.yield {ld} : {vt}")
                 e.depth -= 1
-                e.line(f"}} else {{\n{'  ' * (e.depth + 1)}scf.yield {zero} : {vt}\n{'  ' * e.depth}}}")
+                e.line("} else {")
+                e.depth += 1
+                e.line(f"scf.yield {zero} : {vt}")
+                e.depth -= 1
+                e.line("}")
                 chunks.append((live, row, start, end, at, v))
             for live, row, start, end, at, v in chunks:
                 for i in range(V):
