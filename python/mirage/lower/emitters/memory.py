@@ -147,15 +147,15 @@ class TileIO:
         4097 keys): each thread loads aligned 16-byte chunks overlapping a row, GATHER_BATCH
         of them before it stores any (a warp issues in order: element copies wait out a
         load's latency at every store, 31 us for 262 KB in 4 blocks on the H100), and stores
-        the row's elements of each. A chunk overlapping a row lies in the row's allocation:
-        buffers start 16-byte aligned (the runtime checks it)."""
+        the row's elements of each. Buffers start 16-byte aligned (the runtime checks it), so
+        a chunk overlapping a row starts inside the buffer; one that would end past it (the
+        buffer's last, partial chunk) is read element by element, at clamped addresses."""
         e = self.e
         L = shape[-1]
         C = -(-L // V) + 1  # chunks a row overlaps, at most
         n = tile.rows * C
         T = self.p.nthreads
         vt = f"vector<{V}x{g.elt}>"
-        zero = e.const("0.0", vt)
         with e.for_(0, -(-n // (T * GATHER_BATCH)), 1) as r:
             chunks = []
             for u in range(GATHER_BATCH):
@@ -168,15 +168,19 @@ class TileIO:
                 at = e.add(e.op(f"arith.subi {e.idx(start)}, {e.idx(e.rem(start, V))} : index", "x"),
                            e.mul(e.rem(c, C), V))
                 live = e.op(f"arith.andi {live}, {e.cmp('ult', at, end)} : i1", "p")
+                whole = e.op(f"arith.andi {live}, {e.cmp('ule', e.add(at, V), g.span)} : i1", "p")
                 v = e.fresh("vv")
-                e.line(f"{v} = scf.if {live} -> ({vt}) {{")
+                e.line(f"{v} = scf.if {whole} -> ({vt}) {{")
                 e.depth += 1
                 ld = e.op(f"vector.load {g.name}[{e.idx(at)}] {{alignment = 16}} : {g.mtype}, {vt}", "vv")
                 e.line(f"scf.yield {ld} : {vt}")
                 e.depth -= 1
                 e.line("} else {")
                 e.depth += 1
-                e.line(f"scf.yield {zero} : {vt}")
+                xs = [e.op(f"memref.load {g.name}[{e.idx(e.minui(e.add(at, i), g.span - 1))}] : {g.mtype}", "l")
+                      for i in range(V)]
+                parts = e.op("vector.from_elements " + ", ".join(xs) + f" : {vt}", "vv")
+                e.line(f"scf.yield {parts} : {vt}")
                 e.depth -= 1
                 e.line("}")
                 chunks.append((live, row, start, end, at, v))
