@@ -32,7 +32,7 @@ from .partition import needs_partition, partitioned_search
 from .progress import Progress, enumeration_status
 from .result import Candidate, SearchResult, diverse, order as _order, reference_candidate
 from .mbci import mbci_seeds
-from .seed import attention_seeds, row_seeds
+from .seed import attention_seeds, row_seeds, softmax_pv_seeds
 
 
 # -- worker side -------------------------------------------------------------------------
@@ -474,7 +474,8 @@ def _seeds(ref, cfg, device, pro=None, pruned=None) -> dict:
         except Exception:  # the builder's checks reject it
             return float("inf")
 
-    for seed in row_seeds(core, cfg) + attention_seeds(core, cfg) + mbci_seeds(core, cfg, core_cost, pruned, device):
+    for seed in (row_seeds(core, cfg) + attention_seeds(core, cfg) + softmax_pv_seeds(core, cfg)
+                 + mbci_seeds(core, cfg, core_cost, pruned, device)):
         for plan in pro.variants(seed) if pro is not None else [seed]:
             try:
                 out[B.plan_key(plan)] = (plan, cost(B.build(ref, plan), device).time)

@@ -127,3 +127,65 @@ def attention_seeds(core, cfg: SearchConfig) -> list:
                       ((4, (0, 1 if z2 > 1 else -1, -1)),))
                 plans.append(((k1, k2), (5,)))
     return plans
+
+
+MAX_CHUNK = 256  # keys a for-loop step of `softmax_pv_seeds` holds at most
+
+
+def softmax_pv_seeds(core, cfg: SearchConfig) -> list:
+    """Decode attention after its row maximum, `(exp(S - mx) @ V) / sum(exp(S - mx), -1)`,
+    over inputs S (.., m, L), mx (.., m, 1), V (.., L, e)
+    with the same batch dims. One graph-defined kernel: blocks over the batch dims (and
+    16-column tiles of V), a for-loop over chunks of the L keys with the numerator and the
+    row sums accumulated, the division after it; the lowering splits the loop one step a
+    block (`kernel_plan.choose_split`). The chunk is the largest divisor of L up to
+    MAX_CHUNK, so a KV cache of 4096 positions plus the new one (4097 = 17 x 241 keys, which
+    no tile size divides: the enumeration's schedules hold it whole in one block) is looped
+    in 17 steps of 241: H100, [1, 8, 4, 4097] scores, 33.8 us held whole in 64 blocks, 19.0
+    us looped. [] for any other program."""
+    if sorted(op.kind for op in core.ops) != ["div", "exp", "matmul", "reduction", "sub"] \
+            or len(core.inputs) != 3 or len(core.outputs) != 1:
+        return []
+    sub, ex, red, mm, div = (next(op for op in core.ops if op.kind == k)
+                             for k in ("sub", "exp", "reduction", "matmul", "div"))
+    S, mx = sub.inputs
+    e_, sm = ex.outputs[0], red.outputs[0]
+    r = len(S.shape)
+    # (exp @ V) / sum, the output the division's
+    if not (ex.inputs[0] is sub.outputs[0] and red.inputs[0] is e_ and mm.inputs[0] is e_
+            and div.inputs[0] is mm.outputs[0] and div.inputs[1] is sm and div.outputs[0] is core.outputs[0]):
+        return []
+    if r < 3 or red.attrs["dim"] % r != r - 1 or tuple(mx.shape) != tuple(S.shape[:-1]) + (1,):
+        return []
+    V = mm.inputs[1]
+    ins = list(core.inputs)
+    if {id(t) for t in ins} != {id(S), id(mx), id(V)}:
+        return []
+    L, e = S.shape[-1], V.shape[-1]
+    if len(V.shape) != r or tuple(V.shape[:-2]) != tuple(S.shape[:-2]) or V.shape[-2] != L:
+        return []
+    chunk = max(c for c in range(1, MAX_CHUNK + 1) if L % c == 0)
+    if L // chunk < 2 or chunk < 16:
+        return []
+    batch = [d for d in range(r - 2) if S.shape[d] > 1][:2]
+    plans = []
+    for cols in sorted({e} | ({16} if e % 16 == 0 and e > 16 else set())):
+        grid_dims = [(d, S.shape[d]) for d in batch] + ([("e", e // cols)] if cols < e else [])
+        if len(grid_dims) > 3:
+            continue
+        grid = tuple(n for _, n in grid_dims) + (1,) * (3 - len(grid_dims))
+
+        def imap(t):  # grid axis -> dim of t (-1: not split along it)
+            return tuple([d if d != "e" else (r - 1 if t is V else -1) for d, _ in grid_dims]
+                         + [-1] * (3 - len(grid_dims)))
+        fmaps = {id(S): r - 1, id(mx): -1, id(V): r - 2}
+        maps = tuple((imap(t), fmaps[id(t)]) for t in ins)
+        k = {id(t): i for i, t in enumerate(ins)}
+        n = len(ins)
+        bops = (("sub", (k[id(S)], k[id(mx)]), ()), ("exp", (n,), ()), ("accum", (n + 1,), (("kind", "sum"),)),
+                ("matmul", (n + 1, k[id(V)]), ()), ("accum", (n + 3,), (("kind", "none"),)),
+                ("div", (n + 4, n + 2), ()))
+        omap = tuple([d if d != "e" else r - 1 for d, _ in grid_dims] + [-1] * (3 - len(grid_dims)))
+        plan_op = ("graph_def", tuple(range(n)), grid, L // chunk, cfg.reduction_dimx, maps, bops, ((n + 5, omap),))
+        plans.append(((plan_op,), (n,)))
+    return plans
