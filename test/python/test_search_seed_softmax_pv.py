@@ -5,6 +5,7 @@ enumeration alone holds all 4097 keys in each block)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import mirage as mi
 from mirage.lower.kernel_plan import Options, choose_split
@@ -14,18 +15,22 @@ from mirage.search.config import SearchConfig
 from mirage.search.seed import softmax_pv_seeds
 
 
-def attention(heads=2, rows=4, keys=4097, cols=32):
+def attention(heads=2, rows=4, keys=4097, cols=32, softmax_first=False):
     g = mi.new_kernel_graph("attn")
     s = g.new_input((1, heads, rows, keys), dtype=mi.float16)
     mx = g.new_input((1, heads, rows, 1), dtype=mi.float16)
     v = g.new_input((1, heads, keys, cols), dtype=mi.float16)
     e = g.exp(g.sub(s, mx))
-    g.mark_output(g.div(g.matmul(e, v), g.reduction(e, 3)))
+    if softmax_first:  # as transformers writes it: softmax, then P @ V
+        g.mark_output(g.matmul(g.div(e, g.reduction(e, 3)), v))
+    else:
+        g.mark_output(g.div(g.matmul(e, v), g.reduction(e, 3)))
     return g
 
 
-def test_the_seed_loops_over_241_key_chunks_and_is_equivalent():
-    g = attention()
+@pytest.mark.parametrize("softmax_first", [False, True])
+def test_the_seed_loops_over_241_key_chunks_and_is_equivalent(softmax_first):
+    g = attention(softmax_first=softmax_first)
     plans = softmax_pv_seeds(g, SearchConfig())
     assert plans
     rng = np.random.default_rng(1)

@@ -133,9 +133,9 @@ MAX_CHUNK = 256  # keys a for-loop step of `softmax_pv_seeds` holds at most
 
 
 def softmax_pv_seeds(core, cfg: SearchConfig) -> list:
-    """Decode attention after its row maximum, `(exp(S - mx) @ V) / sum(exp(S - mx), -1)`,
-    over inputs S (.., m, L), mx (.., m, 1), V (.., L, e)
-    with the same batch dims. One graph-defined kernel: blocks over the batch dims (and
+    """Decode attention after its row maximum, `(exp(S - mx) @ V) / sum(exp(S - mx), -1)` or
+    the softmax first, `(exp(S - mx) / sum(..)) @ V`, over inputs S (.., m, L), mx (.., m, 1),
+    V (.., L, e) with the same batch dims. One graph-defined kernel: blocks over the batch dims (and
     16-column tiles of V), a for-loop over chunks of the L keys with the numerator and the
     row sums accumulated, the division after it; the lowering splits the loop one step a
     block (`kernel_plan.choose_split`). The chunk is the largest divisor of L up to
@@ -151,9 +151,13 @@ def softmax_pv_seeds(core, cfg: SearchConfig) -> list:
     S, mx = sub.inputs
     e_, sm = ex.outputs[0], red.outputs[0]
     r = len(S.shape)
-    # (exp @ V) / sum, the output the division's
-    if not (ex.inputs[0] is sub.outputs[0] and red.inputs[0] is e_ and mm.inputs[0] is e_
-            and div.inputs[0] is mm.outputs[0] and div.inputs[1] is sm and div.outputs[0] is core.outputs[0]):
+    if not (ex.inputs[0] is sub.outputs[0] and red.inputs[0] is e_):
+        return []
+    after = (mm.inputs[0] is e_ and div.inputs[0] is mm.outputs[0] and div.inputs[1] is sm
+             and div.outputs[0] is core.outputs[0])  # (exp @ V) / sum
+    before = (div.inputs[0] is e_ and div.inputs[1] is sm and mm.inputs[0] is div.outputs[0]
+              and mm.outputs[0] is core.outputs[0])  # (exp / sum) @ V: softmax, then P @ V
+    if not (after or before):
         return []
     if r < 3 or red.attrs["dim"] % r != r - 1 or tuple(mx.shape) != tuple(S.shape[:-1]) + (1,):
         return []
