@@ -24,7 +24,9 @@ values, not on the state, is computed once: one `BT` per distinct tile value
 (`Generator.tile`), the tile a block op makes of given operand tiles or the check that
 rejects it (`_BlockCtx._made`), the block ops over the tiles up to a given one
 (`_BlockCtx._ops_at`, by the sequence of their shapes), and those ops with their
-tiles per tile of a block graph, for all the states below it (`_BlockCtx._resolved`).
+tiles per tile of a block graph, for all the states below it (`_BlockCtx._resolved`);
+and a whole block-graph DFS is recorded per input tiles, grid, loop and budgets, and
+replayed for other kernel states over tensors of the same values (`_BlockCtx.run`).
 The states, the pruning counts (but where a stop cuts a state short) and the
 candidates are those of the plain DFS.
 
@@ -59,6 +61,8 @@ ELEMENTWISE = UNARY + BINARY
 MEMO_LIMIT = 1_000_000
 # block ops listed in `Generator._ops_memo` above which it is emptied
 OPS_MEMO_LIMIT = 4_000_000
+# closable block graphs held in `Generator._roots` above which it is emptied
+ROOTS_LIMIT = 1_000_000
 
 
 class Stop(Exception):
@@ -188,6 +192,8 @@ class Generator:
         self._next_prefix = 0  # numbers are never reused, so that emptying `_prefixes` is safe
         self._ops_memo: dict = {}  # (shape prefix, accumulable) -> _BlockCtx._ops_at
         self._ops_memo_size = 0
+        self._roots: dict = {}  # a block-graph DFS's inputs -> its record (`_BlockCtx.run`)
+        self._roots_size = 0
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -263,14 +269,14 @@ class Generator:
             self._ops_memo_size = 0
 
     def block_op(self, kind, ins, attrs) -> tuple:
-        """(kind, ins, attrs, rank, op number) of a block op, one tuple per distinct op
-        (the memoized lists of `_BlockCtx._ops_at` share them)."""
+        """(kind, ins, attrs, rank, op number, (kind, ins, attrs)) of a block op, one tuple
+        per distinct op (the memoized lists of `_BlockCtx._ops_at` share them)."""
         key = (kind, ins, attrs)
         c = self._block_ops.get(key)
         if c is None:
             opid = self._op_ids.setdefault((kind, attrs), len(self._op_ids))
             c = self._block_ops[key] = (kind, ins, attrs, (max(ins), tuple(sorted(ins, reverse=True)), KIND_ID[kind],
-                                                           attrs), opid)
+                                                           attrs), opid, key)
         return c
 
     def _op_expr(self, kind, in_exprs, in_shapes, attrs):
@@ -530,7 +536,7 @@ class Generator:
             self.stats.pruned["smem"] += 1
             return
         ctx = _BlockCtx(self, st, I, s, last, tiles, smem)
-        yield from ctx.dfs()
+        yield from ctx.run((tuple(t.id for t in tiles), grid, s.forloop, last, smem, ctx.itemsize))
 
 
 class _BlockCtx:
@@ -545,6 +551,7 @@ class _BlockCtx:
         self.tiles = tiles
         self.n_in = len(tiles)
         self.ops: list = []  # (kind, inputs, attrs)
+        self.ranks: list = []  # per op: the rank of the op before it
         self.consumed = [0] * len(tiles)
         self.smem = smem
         self.itemsize = st["tensors"][I[0]].dtype.itemsize
@@ -562,6 +569,61 @@ class _BlockCtx:
         if sum(len(m) for m in memo.values()) > MEMO_LIMIT:
             memo.clear()  # a cache only: bounded, since a worker runs many items
         self._memo = memo.setdefault(s.forloop, {})
+        # what `run` records of the DFS: its states, the rejections that depend on its
+        # tiles only (counted here, added to the generator's stats before each yield), and
+        # the closable block graphs (`close`)
+        self.states = 0
+        self.pruned: dict = {}
+        self.total: dict = {}
+        self.records: list | None = None
+
+    def run(self, key):
+        """The kernel states of `dfs`. Its states and rejections are a function of the input
+        tiles, the grid, the loop, `last`, the shared memory they take and the element
+        size (`key`), not of the kernel state (`st`): only closing a block graph reads it
+        (`finish`: the outputs must be new tensors). So the first DFS of a key records its
+        states, those rejections and the closable block graphs, and a later one (other
+        kernel states over tensors of the same values: QKNorm bs 1, 57 % of the DFSs)
+        adds the counts and closes the recorded block graphs against its own state:
+        the same states, counts and kernel states. Not under a state cap
+        (`cfg.max_states`), where the order in which states are counted decides where
+        the search stops."""
+        g = self.g
+        memo = g._roots if g.cfg.max_states is None else None
+        rec = memo.get(key) if memo is not None else None
+        if rec is not None:
+            states, pruned, records = rec
+            g.stats.block_states += states
+            gp = g.stats.pruned
+            for k, v in pruned:
+                gp[k] += v
+            for ops, specs in records:
+                nst = self.finish(ops, specs)
+                if nst is not None:
+                    yield nst
+            return
+        if memo is not None:
+            self.records = []
+        try:
+            yield from self.dfs()
+        finally:
+            self.flush()
+        if memo is not None:
+            g._roots_size += len(self.records) + 1
+            if g._roots_size > ROOTS_LIMIT:
+                memo.clear()
+                g._roots_size = len(self.records) + 1
+            memo[key] = (self.states, tuple(self.total.items()), tuple(self.records))
+
+    def flush(self) -> None:
+        """Add the rejections counted since the last flush to the generator's stats (those in
+        effect now: `driver._walk` swaps them between the DFS's steps)."""
+        if self.pruned:
+            gp, total = self.g.stats.pruned, self.total
+            for k, v in self.pruned.items():
+                gp[k] += v
+                total[k] = total.get(k, 0) + v
+            self.pruned.clear()
 
     # block op budget: inputs + ops + outputs
     def used(self) -> int:
@@ -571,16 +633,19 @@ class _BlockCtx:
         g = self.g
         g.check()
         g.stats.block_states += 1
+        self.states += 1
+        pruned = self.pruned
         if self.ops:
             closed = self.close()
             if closed is not None:
+                self.flush()
                 yield closed
         left = g.cfg.max_block_ops - self.used()
         unconsumed = self.unconsumed
         # each op lowers the unconsumed count by at most one, each output saver takes a slot
         if unconsumed > left or left < 2:
             if left >= 2:
-                g.stats.pruned["budget"] += 1
+                pruned["budget"] = pruned.get("budget", 0) + 1
             return
         # lookahead: when the next op is the last one that fits (only output savers
         # after it), the state it makes must be closable: every input consumed, at most
@@ -590,7 +655,6 @@ class _BlockCtx:
             open_in = {k for k in range(self.n_in) if not self.consumed[k]}
             open_mid = {k for k in range(self.n_in, len(self.tiles)) if not self.consumed[k]}
             room = min(g.cfg.max_block_outputs, left - 1)
-        pruned = g.stats.pruned
         if not leaf:
             # the ops over tiles 0..m, with the tiles they make, are those every state
             # whose tiles 0..m are these tries (`_resolved`); those rejected are counted
@@ -599,15 +663,15 @@ class _BlockCtx:
                 if start:
                     for c, t in entries[start:]:
                         if t.__class__ is str:
-                            pruned[t] += 1
-                        elif self.push(t, c[0], c[1], c[2], c[3], False):
+                            pruned[t] = pruned.get(t, 0) + 1
+                        elif self.push(t, c, False):
                             yield from self.dfs()
                             self.pop()
                     continue
                 for k, v in fails:
-                    pruned[k] += v
+                    pruned[k] = pruned.get(k, 0) + v
                 for c, t in viable:
-                    if self.push(t, c[0], c[1], c[2], c[3], False):
+                    if self.push(t, c, False):
                         yield from self.dfs()
                         self.pop()
             return
@@ -616,12 +680,12 @@ class _BlockCtx:
                 ins = c[1]
                 si = set(ins)
                 if not open_in <= si or len(open_mid - si) + 1 > room:
-                    pruned["budget"] += 1
+                    pruned["budget"] = pruned.get("budget", 0) + 1
                     continue
                 if t.__class__ is str:
-                    pruned[t] += 1
+                    pruned[t] = pruned.get(t, 0) + 1
                     continue
-                if self.push(t, c[0], ins, c[2], c[3], self.last and not (open_mid - si)):
+                if self.push(t, c, self.last and not (open_mid - si)):
                     yield from self.dfs()
                     self.pop()
 
@@ -645,7 +709,7 @@ class _BlockCtx:
         """The tile block op `c` makes of the current tiles, or the name of the check that
         rejects it. The operand-only checks (phase, shape, partitioning, expression)
         depend on the operands' values, not on where they are: memoized by tile numbers."""
-        kind, ins, attrs, rank, opid = c
+        kind, ins, attrs, rank, opid, _ = c
         tiles = self.tiles
         if len(ins) == 1:
             key = (opid, tiles[ins[0]].id)
@@ -731,21 +795,24 @@ class _BlockCtx:
         res.sort(key=lambda c: c[3])
         return res
 
-    def push(self, t: BT, kind, ins, attrs, rank, final: bool) -> bool:
-        """Add tile `t`, made by block op `kind` of tiles `ins`, unless the checks that
+    def push(self, t: BT, c, final: bool) -> bool:
+        """Add tile `t`, made by block op `c` (`Generator.block_op`), unless the checks that
         depend on the rest of the block graph reject it (counted)."""
         g = self.g
         tiles = self.tiles
+        pruned = self.pruned
         if final and g.cfg.prune and (t.expr not in g.targets or (self.s.forloop > 1 and t.phase != "post")):
-            g.stats.pruned["absexpr"] += 1  # the only output of the last kernel is not a reference output
+            # the only output of the last kernel is not a reference output
+            pruned["absexpr"] = pruned.get("absexpr", 0) + 1
             return False
         if self._dups.get(t.dup):
-            g.stats.pruned["duplicate"] += 1
+            pruned["duplicate"] = pruned.get("duplicate", 0) + 1
             return False
         size = t.n * self.itemsize
         if self.smem + size > g.cfg.smem_capacity:
-            g.stats.pruned["smem"] += 1
+            pruned["smem"] = pruned.get("smem", 0) + 1
             return False
+        ins = c[1]
         tiles.append(t)
         self._sp.append(g.shape_prefix(self._sp[-1], t.shape))
         self._res.append(None)
@@ -757,8 +824,9 @@ class _BlockCtx:
                 self.unconsumed -= 1
             consumed[i] += 1
         self.unconsumed += 1
-        self.ops.append((kind, ins, attrs, self.last_rank))
-        self.last_rank = rank
+        self.ops.append(c[5])
+        self.ranks.append(self.last_rank)
+        self.last_rank = c[3]
         self.smem += size
         return True
 
@@ -796,7 +864,8 @@ class _BlockCtx:
         return g.tile(shape, e, phase, tags, partial, classes)
 
     def pop(self):
-        kind, ins, attrs, prev_rank = self.ops.pop()
+        ins = self.ops.pop()[1]
+        prev_rank = self.ranks.pop()
         t = self.tiles.pop()
         self._sp.pop()
         self._res.pop()
@@ -937,27 +1006,29 @@ class _BlockCtx:
 
     def close(self):
         """The kernel state after closing this block graph with output savers on every
-        unconsumed tile, or None."""
+        unconsumed tile, or None. What depends on the tiles only is worked out here, per
+        output in turn up to the first that fails (`specs`), and recorded where it leaves
+        something to `finish`, which reads the kernel state (`run`)."""
         g = self.g
-        if any(not c for c in self.consumed[:self.n_in]):
+        consumed = self.consumed
+        if 0 in consumed[:self.n_in]:
             return None
-        outs = [k for k in range(self.n_in, len(self.tiles)) if not self.consumed[k]]
+        outs = [k for k in range(self.n_in, len(self.tiles)) if not consumed[k]]
         if not outs or len(outs) > g.cfg.max_block_outputs:
             return None
         if self.used() + len(outs) > g.cfg.max_block_ops:
             return None
-        tensors = self.st["tensors"]
-        new, omaps = [], []
+        specs = []  # per output: (tile, shape, expr, classes, output map), or why it fails
         for k in outs:
             t = self.tiles[k]
-            if self.s.forloop > 1 and t.phase != "post":
-                return None
-            if t.partial - set("xyz"):
-                return None
+            if (self.s.forloop > 1 and t.phase != "post") or t.partial - set("xyz"):
+                specs.append(None)
+                break
             omap = [-1, -1, -1]
             oshape = list(t.shape)
             classes = list(t.classes)
             used_dims = set()
+            fail = False
             for gi, n in enumerate(self.s.grid):
                 if n == 1:
                     continue
@@ -969,27 +1040,57 @@ class _BlockCtx:
                     # partial sums: concatenate along a dim that no grid dim splits
                     free = [d for d, tg in enumerate(t.tags) if not tg and d not in used_dims]
                     if not free:
-                        return None
+                        fail = None
+                        break
                     d = free[-1]
                     classes[d] = ("cat", classes[d], n)
                 else:
-                    g.stats.pruned["partition"] += 1
-                    return None
+                    fail = "partition"
+                    break
                 omap[gi] = d
                 used_dims.add(d)
                 oshape[d] *= n
-            ex = t.expr
-            if any(x.expr == ex and x.shape == tuple(oshape) for x in tensors) or \
-                    any(x.expr == ex and x.shape == tuple(oshape) for x in new):
+            if fail is not False:
+                specs.append(fail)
+                break
+            specs.append((k, tuple(oshape), t.expr, tuple(classes), tuple(omap)))
+        first = specs[0]
+        if first is None:
+            return None
+        if first == "partition":  # whatever the kernel state
+            self.pruned["partition"] = self.pruned.get("partition", 0) + 1
+            return None
+        ops = tuple(self.ops)
+        specs = tuple(specs)
+        if self.records is not None:
+            self.records.append((ops, specs))
+        return self.finish(ops, specs)
+
+    def finish(self, ops: tuple, specs: tuple):
+        """The kernel state after closing the block graph of block ops `ops` whose outputs
+        `specs` describes (`close`), or None: an output that a tensor of the kernel state
+        (or an earlier output) already holds, a failing output after the new ones, or
+        (last kernel) no reference output."""
+        g = self.g
+        tensors = self.st["tensors"]
+        new, omaps = [], []
+        for sp in specs:
+            if sp is None:
                 return None
-            new.append(KT(tuple(oshape), ex, tuple(classes), tensors[self.I[0]].dtype))
-            omaps.append((k, tuple(omap)))
+            if sp == "partition":
+                g.stats.pruned["partition"] += 1
+                return None
+            k, oshape, ex, classes, omap = sp
+            if any(x.expr == ex and x.shape == oshape for x in tensors) or \
+                    any(x.expr == ex and x.shape == oshape for x in new):
+                return None
+            new.append(KT(oshape, ex, classes, tensors[self.I[0]].dtype))
+            omaps.append((k, omap))
         if self.last:
             # the last kernel op must produce a reference output
             if not any((x.expr, x.shape) in set(zip(g.targets, g.target_shapes)) for x in new):
                 return None
-        op = ("graph_def", tuple(self.I), self.s.grid, self.s.forloop, self.dimx, self.s.maps,
-              tuple((k, i, a) for k, i, a, _ in self.ops), tuple(omaps))
+        op = ("graph_def", tuple(self.I), self.s.grid, self.s.forloop, self.dimx, self.s.maps, ops, tuple(omaps))
         return g._push(self.st, op, new, self.I)
 
 
