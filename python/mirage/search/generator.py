@@ -194,6 +194,7 @@ class Generator:
         self._ops_memo_size = 0
         self._roots: dict = {}  # a block-graph DFS's inputs -> its record (`_BlockCtx.run`)
         self._roots_size = 0
+        self._templates: dict = {}  # `op_templates`
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -267,6 +268,44 @@ class Generator:
             self._ops_memo.clear()
             self._prefixes.clear()
             self._ops_memo_size = 0
+
+    def op_templates(self, a: tuple, b, same=False) -> list:
+        """The block ops over tiles of shapes `a` and `b` (b a bool: ops on one tile of shape
+        `a`, b True where it accumulates; same: a binary op on one tile twice), as
+        (kind, attrs), or (kind, whether the `a` tile is the first operand) for two
+        operands, sorted by (kind, attributes) as `_BlockCtx._ops_at` lists them."""
+        key = (a, b, same)
+        hit = self._templates.get(key)
+        if hit is not None:
+            return hit
+        out = []
+        if b is True or b is False:
+            for kind in self.block_kinds:
+                if kind in UNARY or kind == "rms_norm":
+                    out.append((kind, (("normalized_shape", (a[-1],)),) if kind == "rms_norm" else ()))
+                elif kind == "reduction":
+                    out += [(kind, (("dim", d),)) for d, n in enumerate(a) if n > 1]
+                elif kind == "reduction_to_dimx":
+                    dimx = self.cfg.reduction_dimx
+                    if a[-1] > dimx and a[-1] % dimx == 0:
+                        out.append((kind, (("dimx", dimx),)))
+            out += [("chain", (("steps", steps),)) for steps in self.chains]
+            if b:
+                out += [("accum", (("kind", kind),)) for kind in self.accum_kinds]
+            out.sort(key=lambda c: (KIND_ID[c[0]], c[1]))
+        elif same:  # a binary op never takes one tile twice
+            if "matmul" in self.block_kinds and _matmul_ok(a, a):
+                out.append(("matmul", True))
+        else:
+            for kind in self.block_kinds:
+                if kind == "matmul":
+                    out += [(kind, True)] if _matmul_ok(a, b) else []
+                    out += [(kind, False)] if _matmul_ok(b, a) else []
+                elif kind in BINARY and _bcast_ok(a, b):
+                    out += [(kind, True)] if kind in COMMUTATIVE else [(kind, True), (kind, False)]
+            out.sort(key=lambda c: KIND_ID[c[0]])
+        self._templates[key] = out
+        return out
 
     def block_op(self, kind, ins, attrs) -> tuple:
         """(kind, ins, attrs, rank, op number, (kind, ins, attrs)) of a block op, one tuple
@@ -752,48 +791,18 @@ class _BlockCtx:
         """The block ops whose newest operand is tile `m`, sorted by rank (stable: ops of
         one rank keep the order they are listed in). A function of the shapes of tiles
         0..m, of whether tile `m` varies per iteration of a loop (accumulators) and of
-        the generator's fixed settings: `_ops_list` memoizes it by the first two."""
+        the generator's fixed settings: `_ops_list` memoizes it by the first two. The
+        rank orders them by operands: ops on m alone, then on (i, m) for i = 0..m-1, then
+        on (m, m), each group by kind and attributes (`Generator.op_templates`)."""
         g = self.g
         tiles = self.tiles
-        t = tiles[m]
-        out = []
-
-        def pairs():
-            for i in range(m):
-                yield i, m
-            for j in range(m + 1):
-                yield m, j
-
-        for kind in g.block_kinds:
-            if kind == "matmul":
-                for i, j in pairs():
-                    a, b = tiles[i].shape, tiles[j].shape
-                    if len(a) == len(b) >= 2 and a[-1] == b[-2] and a[:-2] == b[:-2]:
-                        out.append((kind, (i, j), ()))
-            elif kind in BINARY:
-                for i, j in pairs():
-                    if i == j or (kind in COMMUTATIVE and j < i):
-                        continue
-                    if _bcast_ok(tiles[i].shape, tiles[j].shape):
-                        out.append((kind, (i, j), ()))
-            elif kind in UNARY or kind == "rms_norm":
-                out.append((kind, (m,), (("normalized_shape", (t.shape[-1],)),) if kind == "rms_norm" else ()))
-            elif kind == "reduction":
-                for d, n in enumerate(t.shape):
-                    if n > 1:
-                        out.append((kind, (m,), (("dim", d),)))
-            elif kind == "reduction_to_dimx":
-                n = t.shape[-1]
-                if n > self.dimx and n % self.dimx == 0:
-                    out.append((kind, (m,), (("dimx", self.dimx),)))
-        for steps in g.chains:
-            out.append(("chain", (m,), (("steps", steps),)))
-        if self.s.forloop > 1 and t.phase == "pre":
-            for kind in g.accum_kinds:
-                out.append(("accum", (m,), (("kind", kind),)))
-        res = [g.block_op(k, ins, attrs) for k, ins, attrs in out]
-        res.sort(key=lambda c: c[3])
-        return res
+        sh = tiles[m].shape
+        out = [g.block_op(k, (m,), attrs)
+               for k, attrs in g.op_templates(sh, self.s.forloop > 1 and tiles[m].phase == "pre")]
+        for i in range(m):
+            out += [g.block_op(k, (i, m) if first else (m, i), ()) for k, first in g.op_templates(tiles[i].shape, sh)]
+        out += [g.block_op(k, (m, m), ()) for k, _ in g.op_templates(sh, sh, True)]
+        return out
 
     def push(self, t: BT, c, final: bool) -> bool:
         """Add tile `t`, made by block op `c` (`Generator.block_op`), unless the checks that
@@ -1184,6 +1193,10 @@ def _out_classes(kind, xs, shape, ad):
                 c = x.classes[d + off]
         cl.append(c)
     return tuple(cl)
+
+
+def _matmul_ok(a, b) -> bool:
+    return len(a) == len(b) >= 2 and a[-1] == b[-2] and a[:-2] == b[:-2]
 
 
 def _bcast_ok(a, b) -> bool:
