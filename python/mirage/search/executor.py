@@ -37,7 +37,7 @@ import socket
 import time
 import uuid
 
-from ..verify.blas import set_threads as set_blas_threads
+from ..verify.blas import loaded as blas_libraries, set_threads as set_blas_threads
 
 EXECUTORS = ("local", "ray")
 ADDRESS_VARIABLE = "MIRAGE_RAY_ADDRESS"
@@ -128,16 +128,8 @@ def _one_blas_thread():
     (max_block_ops=7), 0.1-0.3 s in each worker before its first call, and delayed the
     first calls while up to 240 threads spun; forked at one thread, 0.1 s in all."""
     saved = []  # (setter, count before)
-    try:
-        with open("/proc/self/maps") as f:
-            paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower()})
-    except OSError:  # not Linux
-        paths = []
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
+    libs = blas_libraries("openblas")
+    for _, lib in libs:
         for get, put in _OPENBLAS_COUNT:
             if hasattr(lib, get) and hasattr(lib, put):
                 saved.append((getattr(lib, put), getattr(lib, get)()))
@@ -145,7 +137,7 @@ def _one_blas_thread():
     for put, _ in saved:
         put(ctypes.c_int(1))
     try:
-        yield bool(saved) and len(saved) == len(paths)
+        yield bool(saved) and len(saved) == len(libs)
     finally:
         for put, n in saved:
             put(ctypes.c_int(n))

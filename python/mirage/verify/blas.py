@@ -16,21 +16,29 @@ _SETTERS = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_",
             "scipy_openblas_set_num_threads_64_", "openblas_set_num_threads64_", "MKL_Set_Num_Threads")
 
 
+def loaded(*words: str) -> list[tuple[str, ctypes.CDLL]]:
+    """(path, handle) of each shared library this process has loaded whose path contains
+    one of `words` (case-insensitive), in path order; [] where /proc is not there."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if any(w in line.lower() for w in words)}
+    except OSError:  # not Linux
+        return []
+    out = []
+    for path in sorted(paths):
+        try:
+            out.append((path, ctypes.CDLL(path)))
+        except OSError:
+            continue
+    return out
+
+
 def set_threads(n: int) -> bool:
     """Set the BLAS thread count of this process to `n`; False where no known BLAS is loaded."""
     import numpy  # noqa: F401  (loads the library)
 
-    try:
-        with open("/proc/self/maps") as f:
-            libs = {line.split()[-1] for line in f if "blas" in line.lower() or "mkl" in line.lower()}
-    except OSError:  # not Linux
-        return False
     done = False
-    for path in sorted(libs):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
+    for _, lib in loaded("blas", "mkl"):
         for name in _SETTERS:
             fn = getattr(lib, name, None)
             if fn is not None:
