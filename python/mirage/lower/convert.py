@@ -206,7 +206,7 @@ def plan_graph(g: KNGraph, opts: Options, base: str | None = None) -> GraphPlan:
                 at += t.shape[d]
             continue
         defined = op.kind == "graph_def"  # else a pre-defined op: its default block graph
-        emit(op, op.body if defined else default_block_graph(op), f"{base}_k{n}", ins, outs, args,
+        emit(op, op.body if defined else default_block_graph(op, opts.sms), f"{base}_k{n}", ins, outs, args,
              {} if defined else {"kind": op.kind})
     for k in copied_outputs(g):
         t = g.outputs[k]

@@ -202,11 +202,11 @@ def _rms_norm(op: Op) -> TBGraph:
     return _finish(tb, r, lay)
 
 
-def _matmul(op: Op) -> TBGraph:
+def _matmul(op: Op, sms: int) -> TBGraph:
     a, b = op.inputs
     rank = len(a.shape)
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-    bm, bn, bk = MM_TILE_WIDE if N >= 64 * DEFAULT_TARGET.sms or K >= MM_LONG_K else MM_TILE
+    bm, bn, bk = MM_TILE_WIDE if N >= 64 * sms or K >= MM_LONG_K else MM_TILE
     # tensor cores want tile K % 16 == 0 and N % 8 == 0; a dim with no such divisor takes
     # its largest divisor up to MM_TILE_MAX
     BM = M if M <= bm else _tile(M, bm, 16)
@@ -290,12 +290,13 @@ def _reshape(op: Op) -> TBGraph:
     return _finish(tb, tb.reshape(t, (out[0] // p,) + tuple(out[1:])), lay)
 
 
-def default_block_graph(op: Op) -> TBGraph:
-    """The block graph that computes the pre-defined kernel op `op` (inputs in order)."""
+def default_block_graph(op: Op, sms: int = DEFAULT_TARGET.sms) -> TBGraph:
+    """The block graph that computes the pre-defined kernel op `op` (inputs in order) on a
+    device of `sms` multiprocessors."""
     k = op.kind
     try:
         if k == "matmul":
-            return _matmul(op)
+            return _matmul(op, sms)
         if k in ("reduction", "reduce_max"):
             return _reduction(op)
         if k == "rms_norm":

@@ -138,7 +138,7 @@ def _predefined_cost(op, dev: Target) -> KernelCost:
     if key not in _PREDEFINED:  # the search costs the same pre-defined ops in many candidates
         from ..lower.predefined import default_block_graph
 
-        k = _graph_def_cost(Op("graph_def", op.inputs, op.outputs, {}, default_block_graph(op)), dev)
+        k = _graph_def_cost(Op("graph_def", op.inputs, op.outputs, {}, default_block_graph(op, dev.sms)), dev)
         _PREDEFINED[key] = replace(k, kind=op.kind)
     return _PREDEFINED[key]
 
