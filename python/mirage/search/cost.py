@@ -161,7 +161,8 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
     for o in tb.outputs:
         dram += _bytes(o.stensor) * (iters if o.forloop_dim != -1 else 1) * blocks
     tc, simt = 0.0, 0.0
-    for bop, region in zip(tb.ops, regions(tb)):
+    regs = regions(tb)
+    for bop, region in zip(tb.ops, regs):
         out = bop.outputs[0]
         n = iters if region == "loop" else 1  # hoisted before the loop, or once after it
         traffic = sum(_bytes(t) for t in bop.inputs) + sum(_bytes(t) for t in bop.outputs)
@@ -186,7 +187,7 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
     # loads, so reading and computing do not overlap
     varying = sum(_bytes(r.stensor) for r in tb.inputs if r.forloop_dim != -1)
     serial = iters > 1 and smem_bytes(tb) + varying > dev.smem_per_block
-    t = dev.launch + max(mem + work if serial else max(mem, work), chain_time(tb, dev))
+    t = dev.launch + max(mem + work if serial else max(mem, work), chain_time(tb, dev, regs))
     return KernelCost("graph_def", blocks, dram, smem, tc + simt, a, t)
 
 
@@ -196,29 +197,34 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
 CHAIN_CYCLES = 18
 
 
-def chain_time(tb: TBGraph, dev: Target = DEFAULT) -> float:
+def chain_time(tb: TBGraph, dev: Target = DEFAULT, regs=None) -> float:
     """Seconds of the longest dependent chains the lowering gives a thread, in waves of
     co-resident blocks: the throughput terms assume enough independent work to hide
-    latency, which a block summing 4097 terms a thread does not have."""
-    from ..lower.kernel_plan import Options, block_threads, choose_split, k_lanes, mma_ok
+    latency, which a block summing 4097 terms a thread does not have. `regs`: the ops'
+    `regions`, where the caller has them."""
+    from ..lower.kernel_plan import (MAX_THREADS_PER_SM, SMEM_RESERVED_PER_BLOCK, Options, block_threads,
+                                     choose_split, k_lanes, mma_ok)
 
     opts = Options(sms=dev.sms)
     T = prod(block_threads(tb, opts))
+    chained = {id(op) for op in tb.ops
+               if op.kind in ("reduction", "reduce_max") or (op.kind == "matmul" and not mma_ok(op, opts, T))}
+    if not chained:
+        return 0.0
     split = choose_split(tb, opts)
     steps = 0
-    for bop, region in zip(tb.ops, regions(tb)):
+    for bop, region in zip(tb.ops, regs or regions(tb)):
+        if id(bop) not in chained:
+            continue
         n = tb.forloop_range // split if region == "loop" else 1
-        out = bop.outputs[0]
-        if bop.kind == "matmul" and not mma_ok(bop, opts, T):
-            outputs, K = prod(out.shape), bop.inputs[0].shape[-1]
+        out, x = bop.outputs[0], bop.inputs[0]
+        if bop.kind == "matmul":
+            outputs, K = prod(out.shape), x.shape[-1]
             lanes = k_lanes(outputs, K, T)
             steps += n * ceil(outputs * lanes / T) * ceil(K / lanes)
-        elif bop.kind in ("reduction", "reduce_max"):  # a warp a row, its lanes along the row
-            x = bop.inputs[0]
+        else:  # a warp a row, its lanes along the row
             L = x.shape[bop.attrs["dim"] % len(x.shape)]
             steps += n * ceil(prod(out.shape) / max(1, T // 32)) * ceil(L / 32)
-    if not steps:
-        return 0.0
-    resident = max(1, min(2048 // T, dev.smem_per_sm // (smem_bytes(tb) + 1024)))
+    resident = max(1, min(MAX_THREADS_PER_SM // T, dev.smem_per_sm // (smem_bytes(tb) + SMEM_RESERVED_PER_BLOCK)))
     waves = ceil(prod(tb.grid_dim) * split / (dev.sms * resident))
     return waves * steps * CHAIN_CYCLES / dev.clock
