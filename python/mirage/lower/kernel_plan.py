@@ -310,15 +310,16 @@ def block_threads(tb: TBGraph, opts: "Options") -> tuple:
         return (opts.threads, 1, 1)
     block = tuple(tb.block_dim)
     T = prod(block)
-    if T < WIDE_BLOCK and prod(tb.grid_dim) < opts.sms // 4 and \
+    if T >= WIDE_BLOCK:
+        return block
+    if prod(tb.grid_dim) < opts.sms // 4 and \
             sum(prod(r.stensor.shape) * r.stensor.dtype.itemsize for r in tb.inputs) >= WIDE_TILE:
         return (WIDE_BLOCK, 1, 1)
     for op in tb.ops:
-        if op.kind != "matmul" or mma_ok(op, opts, T) or op.inputs[0].shape[-1] < FMA_LONG_K:
-            continue
-        n, K = prod(op.outputs[0].shape), op.inputs[0].shape[-1]
-        if T < WIDE_BLOCK and k_lanes(n, K, WIDE_BLOCK) >= 2 * k_lanes(n, K, T):
-            return (WIDE_BLOCK, 1, 1)
+        if op.kind == "matmul" and not mma_ok(op, opts, T):
+            n, K = prod(op.outputs[0].shape), op.inputs[0].shape[-1]
+            if K >= FMA_LONG_K and k_lanes(n, K, WIDE_BLOCK) >= 2 * k_lanes(n, K, T):
+                return (WIDE_BLOCK, 1, 1)
     return block
 
 

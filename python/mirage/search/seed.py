@@ -189,7 +189,7 @@ def softmax_pv_seeds(core, cfg: SearchConfig) -> list:
         bops = (("sub", (k[id(S)], k[id(mx)]), ()), ("exp", (n,), ()), ("accum", (n + 1,), (("kind", "sum"),)),
                 ("matmul", (n + 1, k[id(V)]), ()), ("accum", (n + 3,), (("kind", "none"),)),
                 ("div", (n + 4, n + 2), ()))
-        omap = tuple([d if d != "e" else r - 1 for d, _ in grid_dims] + [-1] * (3 - len(grid_dims)))
-        plan_op = ("graph_def", tuple(range(n)), grid, L // chunk, cfg.reduction_dimx, maps, bops, ((n + 5, omap),))
+        # the output (.., m, e) splits as V (.., L, e) does: batch dims and V's columns
+        plan_op = ("graph_def", tuple(range(n)), grid, L // chunk, cfg.reduction_dimx, maps, bops, ((n + 5, imap(V)),))
         plans.append(((plan_op,), (n,)))
     return plans

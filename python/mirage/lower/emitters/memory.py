@@ -190,12 +190,14 @@ class TileIO:
                     inside = e.op(f"arith.andi {e.cmp('uge', x, start)}, {e.cmp('ult', x, end)} : i1", "p")
                     with e.if_(e.op(f"arith.andi {live}, {inside} : i1", "p")):
                         val = e.op(f"vector.extract {v}[{i}] : {g.elt} from {vt}", "l")
-                        if g.elt != tile.elt:
-                            val = e.op(f"arith.extf {val} : {g.elt} to f32", "f") if g.elt != "f32" else val
-                            if tile.elt != "f32":
-                                val = e.op(f"arith.truncf {val} : f32 to {tile.elt}", "t")
                         col = e.op(f"arith.subi {e.idx(x)}, {e.idx(start)} : index", "x")
-                        e.line(f"memref.store {val}, {view}[{e.idx(tile.offset_rc(e, row, col))}] : {tile.mtype}")
+                        off = tile.offset_rc(e, row, col)
+                        if g.elt == tile.elt:
+                            e.line(f"memref.store {val}, {view}[{e.idx(off)}] : {tile.mtype}")
+                        else:  # through f32, as `Emitter.load` / `store` convert
+                            if g.elt != "f32":
+                                val = e.op(f"arith.extf {val} : {g.elt} to f32", "f")
+                            e.store(val, view, tile.mtype, off, tile.elt)
 
     def _cp_async(self, g: GlobalArg, goff: Idx, view: str, tile: Tile, soff: Idx, vec: int) -> None:
         e = self.e
