@@ -510,13 +510,13 @@ def _mutants_rejected(name):
 
 
 def test_fp_filter_arithmetic_is_the_native_one():
-    """The fp filter rounds each input once for both programs (`_InputsRoundedOnce`): its
-    outputs equal evaluate(..., dtype="native") bit for bit, for the six pairs."""
-    from mirage.verify.equivalence import _InputsRoundedOnce
+    """The fp filter's working-precision arithmetic (`_FilterArith`, each array rounded once):
+    its outputs equal evaluate(..., dtype="native") bit for bit, for the six pairs."""
+    from mirage.verify.equivalence import _FilterArith
     for name in BENCHMARKS:
         ref, fused = small(name)
         xs = [np.random.default_rng(4).standard_normal(t.shape) for t in ref.inputs]
-        ar = _InputsRoundedOnce(xs)
+        ar = _FilterArith(native=True)
         for g in (ref, fused):
             with np.errstate(all="ignore"):  # (fp16 overflow of unscaled attention scores: inf in both)
                 want, got = evaluate(g, xs, dtype="native"), evaluate(g, xs, arith=ar)

@@ -53,7 +53,7 @@ from ..core.dtypes import dtype as Dtype, round_to
 from ..core.interpret import ReferenceOutputs, evaluate
 from .field import (_BLOCK, FV, FieldArith, FieldZeroDivision, _blockwise, _empty, is_prime, reusing_memory,
                     safe_primes)
-from .lax import Form, LaxReport, analyze
+from .lax import LaxReport, analyze
 
 # Normalized max error tolerated from one working precision (unit roundoff x a margin
 # for the accumulation depth of fused kernels); the default tolerance is the larger of
@@ -589,14 +589,6 @@ class _FilterArith(FloatArith):
         if hit is None:
             hit = self._shared.products[key] = (a, b, np.matmul(a, b, out=_empty(shape)))
         return hit[2]
-
-
-class _InputsRoundedOnce(_FilterArith):
-    """The filter's working-precision arithmetic alone (the tests' entry point): it rounds
-    the given inputs, like any array, once."""
-
-    def __init__(self, inputs=()):
-        super().__init__(native=True)
 
 
 # The filter draws inputs of fp16/bf16 tensors by the inverse CDF of the standard normal on
