@@ -612,8 +612,8 @@ class _BlockCtx:
         # tiles only (counted here, added to the generator's stats before each yield), and
         # the closable block graphs (`close`)
         self.states = 0
-        self.pruned: dict = {}
-        self.total: dict = {}
+        self.pruned: Counter = Counter()
+        self.total: Counter = Counter()
         self.records: list | None = None
 
     def run(self, key):
@@ -661,7 +661,7 @@ class _BlockCtx:
             gp, total = self.g.stats.pruned, self.total
             for k, v in self.pruned.items():
                 gp[k] += v
-                total[k] = total.get(k, 0) + v
+                total[k] += v
             self.pruned.clear()
 
     # block op budget: inputs + ops + outputs
@@ -684,7 +684,7 @@ class _BlockCtx:
         # each op lowers the unconsumed count by at most one, each output saver takes a slot
         if unconsumed > left or left < 2:
             if left >= 2:
-                pruned["budget"] = pruned.get("budget", 0) + 1
+                pruned["budget"] += 1
             return
         # lookahead: when the next op is the last one that fits (only output savers
         # after it), the state it makes must be closable: every input consumed, at most
@@ -702,13 +702,13 @@ class _BlockCtx:
                 if start:
                     for c, t in entries[start:]:
                         if t.__class__ is str:
-                            pruned[t] = pruned.get(t, 0) + 1
+                            pruned[t] += 1
                         elif self.push(t, c, False):
                             yield from self.dfs()
                             self.pop()
                     continue
                 for k, v in fails:
-                    pruned[k] = pruned.get(k, 0) + v
+                    pruned[k] += v
                 for c, t in viable:
                     if self.push(t, c, False):
                         yield from self.dfs()
@@ -719,10 +719,10 @@ class _BlockCtx:
                 ins = c[1]
                 si = set(ins)
                 if not open_in <= si or len(open_mid - si) + 1 > room:
-                    pruned["budget"] = pruned.get("budget", 0) + 1
+                    pruned["budget"] += 1
                     continue
                 if t.__class__ is str:
-                    pruned[t] = pruned.get(t, 0) + 1
+                    pruned[t] += 1
                     continue
                 if self.push(t, c, self.last and not (open_mid - si)):
                     yield from self.dfs()
@@ -812,14 +812,14 @@ class _BlockCtx:
         pruned = self.pruned
         if final and g.cfg.prune and (t.expr not in g.targets or (self.s.forloop > 1 and t.phase != "post")):
             # the only output of the last kernel is not a reference output
-            pruned["absexpr"] = pruned.get("absexpr", 0) + 1
+            pruned["absexpr"] += 1
             return False
         if self._dups.get(t.dup):
-            pruned["duplicate"] = pruned.get("duplicate", 0) + 1
+            pruned["duplicate"] += 1
             return False
         size = t.n * self.itemsize
         if self.smem + size > g.cfg.smem_capacity:
-            pruned["smem"] = pruned.get("smem", 0) + 1
+            pruned["smem"] += 1
             return False
         ins = c[1]
         tiles.append(t)
@@ -1067,7 +1067,7 @@ class _BlockCtx:
         if first is None:
             return None
         if first == "partition":  # whatever the kernel state
-            self.pruned["partition"] = self.pruned.get("partition", 0) + 1
+            self.pruned["partition"] += 1
             return None
         ops = tuple(self.ops)
         specs = tuple(specs)
