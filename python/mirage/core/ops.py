@@ -15,8 +15,8 @@ names for them (ATen ops in `frontend/torch_import.py`, the TOSA gelu pattern in
 `mlir/tosa.py`), the lifter's term language for Triton kernels (`lift/`), the
 exact Z3 encodings of relu and clamp (`verify/smt.py`), the axioms of the search's
 abstract expressions (paper §4: `search/z3check.py` and `search/absexpr.py` name add, mul,
-div, exp, sqrt, sum; the other unary functions come from `real` here), and the builder methods written out in `graph.py`
-(`graph.WRITTEN_OUT`, with the reason for each). The structural operators, whose shape
+div, exp, sqrt, sum; the other unary functions come from `real` here), and the builder
+methods written out in `graph.py` (`graph.WRITTEN_OUT`, with the reason for each). The structural operators, whose shape
 and evaluation are here too, are also dispatched by name in the stages that give them an
 algorithm of their own: `matmul` (tensor-core tiles and fragments in `lower/`, operand
 layouts in `optimize/layout.py`, multilinear products in `verify/`, the chains of

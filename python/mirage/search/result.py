@@ -105,7 +105,8 @@ def diverse(ranked: list, window: float = 2.0) -> list:
     for key in (lambda c: sum(op.kind == "graph_def" for op in c.graph.ops), main_schedule):
         seen = set()
         for c in near:
-            if key(c) not in seen:
-                seen.add(key(c))
+            k = key(c)
+            if k not in seen:
+                seen.add(k)
                 picked.setdefault(id(c), c)
     return list(picked.values()) + [c for c in ranked if id(c) not in picked]
