@@ -424,6 +424,7 @@ def test_time_limit_bounds_the_checks(monkeypatch):
     (dict(top_k=0), "top_k=0"), (dict(workers=-1), "workers=-1"),
     (dict(griddims=[(7.5, 1, 1)]), "griddims"), (dict(griddims=[(7, 1, 1)]), "7 divides no dim"),
     (dict(partition="sometimes"), "partition"), (dict(tile_sizes=(0, 16)), "tile_sizes"),
+    (dict(tile_size=(16,)), "unknown option.s. tile_size .options: max_kernel_ops"),
 ])
 def test_search_arguments_are_checked(kw, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(")):

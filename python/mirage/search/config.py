@@ -12,7 +12,7 @@ input's dim of that class, or replica). The caller can instead give explicit lis
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from itertools import product
 from typing import Sequence
 
@@ -75,6 +75,10 @@ class SearchConfig:
     franges: tuple | None = None
 
     def with_(self, **kw) -> "SearchConfig":
+        unknown = sorted(set(kw) - {f.name for f in fields(self)})
+        if unknown:  # a misspelt option would otherwise end in dataclasses' TypeError
+            raise ValueError(f"search config: unknown option(s) {', '.join(unknown)} "
+                             f"(options: {', '.join(f.name for f in fields(self))})")
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
 
     def __post_init__(self):
