@@ -129,3 +129,14 @@ def test_entries_checked_without_the_formal_verifier_are_not_taken_by_a_verifyin
     assert C.load(folder, ref, CFG) is None  # another key: searched (and verified) again
     C.store(folder, ref, CFG, programs(2))
     assert len(C.load(folder, ref, CFG)) == 2 and len(os.listdir(folder)) == 2
+
+
+def test_entries_of_another_search_code_are_not_taken(tmp_path, monkeypatch):
+    # a changed cost model (or any search source) keys its own entries: the old picks stay
+    # on disk for the old code but are not handed to the new one
+    folder, ref = str(tmp_path), rmsnorm_ref(2, 256, 256)
+    C.store(folder, ref, CFG, programs(1))
+    assert len(C.load(folder, ref, CFG)) == 1
+    assert len(C.search_code_hash()) == 16
+    monkeypatch.setattr(C, "search_code_hash", lambda: "another version0")
+    assert C.load(folder, ref, CFG) is None

@@ -1,7 +1,8 @@
 """Result cache: `<dir>/<key>.mlir`, key = hash of the reference program's MLIR text
 (under a fixed function name: renamed copies share an entry), the search configuration,
-the mirage version and whether the formal verifier checks the candidates
-(`check.USE_FORMAL_VERIFIER`). Files hold the ranked candidates as functions
+the mirage version, the source of the code that decides what is found and how it ranks
+(`search_code_hash`: a changed cost model must not hand back the old model's picks) and
+whether the formal verifier checks the candidates (`check.USE_FORMAL_VERIFIER`). Files hold the ranked candidates as functions
 (`@<name>_0` best first), printed by mirage.core.mlir_text (op and dtype names, never
 enum numbers).
 
@@ -34,6 +35,8 @@ hold the same ranked results for one program as JSON (`mirage.core.serialize`), 
 the caller names; they are checked the same way, and an existing file is never replaced."""
 from __future__ import annotations
 
+import functools
+import glob
 import hashlib
 import hmac
 import os
@@ -60,10 +63,26 @@ def cache_key(ref, cfg) -> str:
     finally:
         ref.name = old
     h.update(repr(sorted(relevant.items())).encode())
-    h.update(f"{FORMAT} {__version__}".encode())
+    h.update(f"{FORMAT} {__version__} {search_code_hash()}".encode())
     if not CHK.USE_FORMAL_VERIFIER:  # its entries were float64-checked only: a verifying run does not take them
         h.update(b" float64 check only")
     return h.hexdigest()[:24]
+
+
+@functools.lru_cache(maxsize=None)
+def search_code_hash() -> str:
+    """Hash of the search package's sources, the op table, the targets and the lowering's
+    rules the cost model reads (what the search visits and how it ranks it), read once a
+    process."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = sorted(glob.glob(os.path.join(root, "search", "*.py"))) + \
+        [os.path.join(root, *f) for f in (("core", "ops.py"), ("target.py",), ("lower", "kernel_plan.py"),
+                                          ("lower", "predefined.py"), ("lower", "convert.py"))]
+    h = hashlib.sha256()
+    for f in files:
+        with open(f, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()[:16]
 
 
 def path(cache_dir: str, ref, cfg) -> str:
