@@ -401,7 +401,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         if id(op) in self.p.frag_fuse:
             self.hazard(j, op.inputs, [])
             u = self.p.frag_fuse[id(op)]
-            self.reg_vals[id(u.outputs[0])] = (self.p.mma_geometry(op)[4], self.frag_unary(op, u, self.mma(op, None)))
+            self.reg_vals[id((u or op).outputs[0])] = (self.p.mma_geometry(op)[4], self.frag_unary(op, u, self.mma(op, None)))
             self.readset.update(id(t) for t in op.inputs)
             return
         writes = [id(t) for t in op.outputs if id(t) in self.p.tiles] + ([id(op)] if id(op) in self.p.scratch else [])

@@ -410,6 +410,20 @@ def plan_rows(tb: TBGraph, ins: list[GlobalArg], outs: list[GlobalArg], opts: Op
     return RowPlan(shape, V, T, tpr, passes, per_row, reds)
 
 
+def _unary_chain(op: Op) -> bool:
+    """A thread graph of one input and one output whose ops are a chain of unary ops
+    (exp(s * x) between the GEMMs of attention): applied to mma fragments like one unary op."""
+    if op.kind != "thread_graph" or len(op.inputs) != 1 or len(op.outputs) != 1:
+        return False
+    th = op.body
+    x = th.inputs[0] if len(th.inputs) == 1 else None
+    for o in th.ops:
+        if o.kind not in scalar.UNARY or len(o.inputs) != 1 or o.inputs[0] is not x:
+            return False
+        x = o.outputs[0]
+    return bool(th.ops) and len(th.outputs) == 1 and th.outputs[0] is x
+
+
 class KernelPlan:
     """The decisions for lowering block graph `tb` (mode "full", or with the for-loop split
     over `split` blocks: "partial" / "combine", see `BlockLowering.lower`)."""
@@ -473,10 +487,13 @@ class KernelPlan:
         return M % 16 == 0 and tpw % NT == 0 and T == tpw * (self.nthreads // 32)
 
     def _plan_frag_fusion(self, cons, out_ids) -> None:
-        """Matmul -> unary element-wise op kept in registers: the unary op is applied to the
-        mma fragments; its result feeds a tensor-core matmul as the A operand straight from
-        the fragments (C layout of two n-tiles = A layout of one k-step) and/or a `sum`
-        accumulator (row sums of the fragments: in-thread, then 2 shuffles in the quad).
+        """Matmul -> unary element-wise op (or a thread graph chaining unary ops,
+        `_unary_chain`) kept in registers: the op is applied to the mma fragments (a GEMM
+        chain, matmul -> matmul: the fragments rounded to the tile's type, `frag_fuse` maps
+        the first matmul to None); its result feeds a tensor-core matmul as the A operand
+        straight from the fragments (C layout of two n-tiles = A layout of one k-step)
+        and/or a `sum` accumulator (row sums of the fragments: in-thread, then 2 shuffles
+        in the quad).
         Neither tile is stored in shared memory (FlashAttention-2's register reuse)."""
         self.frag_fuse: dict[int, Op] = {}  # id(first matmul) -> its unary consumer
         self.fused_unary: set[int] = set()
@@ -493,11 +510,16 @@ class KernelPlan:
                 continue
             s_t = op.outputs[0]
             c = cons.get(id(s_t), [])
-            if len(c) != 1 or c[0].kind not in scalar.UNARY or id(s_t) in out_ids:
+            if len(c) != 1 or id(s_t) in out_ids:
                 continue
-            u = c[0]
-            e_t = u.outputs[0]
-            users = cons.get(id(e_t), [])
+            if c[0].kind in scalar.UNARY or _unary_chain(c[0]):
+                u = c[0]
+                e_t = u.outputs[0]
+                users = cons.get(id(e_t), [])
+            elif c[0].kind == "matmul":  # a GEMM chain: C's fragments are the next mma's A operand
+                u, e_t, users = None, s_t, c
+            else:
+                continue
             if id(e_t) in out_ids or not users or e_t.dtype != s_t.dtype:
                 continue
             rows1 = self.mma_geometry(op)
@@ -515,11 +537,12 @@ class KernelPlan:
                     sums.append(o)
                     continue
                 ok = False
-            chain = [op, u] + a_mm + sums
-            if not ok or any(self.region[pos[id(x)]] != "loop" for x in chain):
+            chain = [op] + ([u] if u is not None else []) + a_mm + sums
+            if not ok or (u is None and not a_mm) or any(self.region[pos[id(x)]] != "loop" for x in chain):
                 continue
             self.frag_fuse[id(op)] = u
-            self.fused_unary.add(id(u))
+            if u is not None:
+                self.fused_unary.add(id(u))
             self.reg_tiles |= {id(s_t), id(e_t)}
             for o in a_mm:
                 self.a_from_regs[id(o)] = id(e_t)

@@ -129,19 +129,27 @@ class MatmulEmitter:
         return e.op(f"vector.from_elements {', '.join(d)} : vector<2x2xf32>", "acc")
 
     def frag_unary(self, mm: Op, u: Op, frags: list[str]) -> list:
-        """Apply the unary op `u` to the matmul's C fragments, rounding as the tiles would
+        """Apply the unary op `u` (or a thread graph that chains unary ops, evaluated in f32
+        as its element loop does) to the matmul's C fragments, rounding as the tiles would
         (matmul result to its dtype, then u's result to its dtype); per fragment the four
-        values [h][q] as (rounded value, its f32)."""
+        values [h][q] as (rounded value, its f32). `u` None (a GEMM chain): the fragments
+        rounded to the matmul's dtype."""
         e = self.e
-        s_elt, o_elt = mm.outputs[0].dtype.mlir, u.outputs[0].dtype.mlir
+        s_elt = mm.outputs[0].dtype.mlir
+        o_elt = (u or mm).outputs[0].dtype.mlir
+        chain = [] if u is None else u.body.ops if u.kind == "thread_graph" else [u]
         vals = []
         for f in frags:
             quad = []
             for h in (0, 1):
                 for q in (0, 1):
                     v = e.op(f"vector.extract {f}[{h}, {q}] : f32 from vector<2x2xf32>", "f")
-                    v = e.op(f"arith.extf {e.op(f'arith.truncf {v} : f32 to {s_elt}', 't')} : {s_elt} to f32", "f")
-                    r = e.op(f"arith.truncf {scalar.apply(e, u.kind, [v], u.attrs)} : f32 to {o_elt}", "t")
+                    r = e.op(f"arith.truncf {v} : f32 to {s_elt}", "t")
+                    if chain:
+                        v = e.op(f"arith.extf {r} : {s_elt} to f32", "f")
+                        for o in chain:  # a chain of unary ops, in f32
+                            v = scalar.apply(e, o.kind, [v], o.attrs)
+                        r = e.op(f"arith.truncf {v} : f32 to {o_elt}", "t")
                     quad.append((r, e.op(f"arith.extf {r} : {o_elt} to f32", "f")))
             vals.append(quad)
         return vals

@@ -1,0 +1,92 @@
+// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1})' | FileCheck %s
+// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1},gpu-lower-to-nvvm-pipeline{cubin-format=isa cubin-chip=sm_90 cubin-features=+ptx80 kernel-bare-ptr-calling-convention=true})' | FileCheck %s --check-prefix=PTX
+
+// MCFuser's GEMM chain E = (A @ B) @ D, tiled as the chain search's warp-resident seeds
+// (search/mbci.py, `warp_resident`): 64 rows of A for 4 warps, the loop over n in steps
+// of 64. Each warp owns 16 whole rows of C, so C's mma fragments, rounded to f16, are the
+// second mma's A operand (vector<4x2xf16> from registers, no ldmatrix of C, no store of C
+// to shared memory and no barrier between the two GEMMs); E is carried in registers
+// through the loop (iter_args) and stored once after it.
+// CHECK-LABEL: gpu.func @gemm_chain_k0
+// CHECK: scf.for {{.*}} iter_args
+// CHECK: nvgpu.ldmatrix {{.*}} {numTiles = 4 : i32, transpose = false} : memref<64x32xf16
+// CHECK: nvgpu.mma.sync
+// CHECK-NOT: gpu.barrier
+// CHECK: arith.truncf {{.*}} : f32 to f16
+// CHECK-NOT: gpu.barrier
+// CHECK: %[[A:.*]] = vector.from_elements {{.*}} : vector<4x2xf16>
+// CHECK-NOT: gpu.barrier
+// CHECK: nvgpu.ldmatrix {{.*}} {numTiles = 2 : i32, transpose = true} : memref<64x32xf16
+// CHECK-NEXT: nvgpu.mma.sync(%[[A]], %{{.*}}, %arg{{[0-9]+}})
+// CHECK: scf.yield
+// CHECK-NOT: nvgpu.mma.sync
+// CHECK: gpu.return
+// PTX-LABEL: .entry gemm_chain_k0
+// PTX-COUNT-32: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
+// PTX-NOT: mma.sync
+// PTX: ret;
+module {
+  func.func @gemm_chain(%arg0: tensor<1x64x32xf16>, %arg1: tensor<1x32x128xf16>, %arg2: tensor<1x128x32xf16>) -> tensor<1x64x32xf16> {
+    %0 = kn.graph_def (%arg0, %arg1, %arg2) grid [1, 1, 1] block [128, 1, 1] forloop 2 dimx 64 : (tensor<1x64x32xf16>, tensor<1x32x128xf16>, tensor<1x128x32xf16>) -> tensor<1x64x32xf16> {
+    ^bb0(%a0: tensor<1x64x32xf16>, %a1: tensor<1x32x128xf16>, %a2: tensor<1x128x32xf16>):
+      %b0 = tb.input %a0 map <> : tensor<1x64x32xf16> -> tensor<1x64x32xf16>
+      %b1 = tb.input %a1 map <i -> 2> : tensor<1x32x128xf16> -> tensor<1x32x64xf16>
+      %b2 = tb.input %a2 map <i -> 1> : tensor<1x128x32xf16> -> tensor<1x64x32xf16>
+      %b3 = tb.matmul %b0, %b1 : (tensor<1x64x32xf16>, tensor<1x32x64xf16>) -> tensor<1x64x64xf16>
+      %b4 = tb.matmul %b3, %b2 : (tensor<1x64x64xf16>, tensor<1x64x32xf16>) -> tensor<1x64x32xf16>
+      %b5 = tb.forloop_accum none %b4 : tensor<1x64x32xf16> -> tensor<1x64x32xf16>
+      tb.output %b5 map <> : tensor<1x64x32xf16>
+    }
+    return %0 : tensor<1x64x32xf16>
+  }
+}
+
+// -----
+
+// Self-attention in Mirage's form (exp-normalized), the same tiling: exp(s * (Q @ K))
+// (a thread graph chaining two unary ops) is applied to the first mma's fragments in
+// f32 (32 values a thread, unrolled), feeds the second mma's A operand from registers
+// and the row-sum accumulator (quad shuffles); no element loop evaluates the thread graph.
+// CHECK-LABEL: gpu.func @attn_chain_k0
+// CHECK: scf.for {{.*}} iter_args
+// CHECK: nvgpu.mma.sync
+// CHECK-NOT: gpu.barrier
+// CHECK-COUNT-32: math.exp
+// CHECK-NOT: gpu.barrier
+// CHECK: gpu.shuffle xor
+// CHECK: vector.from_elements {{.*}} : vector<4x2xf16>
+// CHECK: nvgpu.mma.sync
+// CHECK: scf.yield
+// CHECK-NOT: math.exp
+// CHECK: gpu.return
+// PTX-LABEL: .entry attn_chain_k0
+// PTX-COUNT-32: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
+// PTX-NOT: mma.sync
+// PTX: ret;
+module {
+  func.func @attn_chain(%arg0: tensor<1x64x32xf16>, %arg1: tensor<1x32x128xf16>, %arg2: tensor<1x128x32xf16>) -> tensor<1x64x32xf16> {
+    %0 = kn.graph_def (%arg0, %arg1, %arg2) grid [1, 1, 1] block [128, 1, 1] forloop 2 dimx 64 : (tensor<1x64x32xf16>, tensor<1x32x128xf16>, tensor<1x128x32xf16>) -> tensor<1x64x32xf16> {
+    ^bb0(%a0: tensor<1x64x32xf16>, %a1: tensor<1x32x128xf16>, %a2: tensor<1x128x32xf16>):
+      %b0 = tb.input %a0 map <> : tensor<1x64x32xf16> -> tensor<1x64x32xf16>
+      %b1 = tb.input %a1 map <i -> 2> : tensor<1x32x128xf16> -> tensor<1x32x64xf16>
+      %b2 = tb.input %a2 map <i -> 1> : tensor<1x128x32xf16> -> tensor<1x64x32xf16>
+      %b3 = tb.matmul %b0, %b1 : (tensor<1x64x32xf16>, tensor<1x32x64xf16>) -> tensor<1x64x64xf16>
+      %b4 = tb.thread_graph (%b3) : (tensor<1x64x64xf16>) -> tensor<1x64x64xf16> {
+      ^bb0(%s0: f16):
+        %t0 = th.mul_scalar %s0, 0.125 : f16
+        %t1 = th.exp %t0 : f16
+        th.yield %t1 : f16
+      }
+      %b5 = tb.matmul %b4, %b2 : (tensor<1x64x64xf16>, tensor<1x64x32xf16>) -> tensor<1x64x32xf16>
+      %b6 = tb.forloop_accum none %b5 : tensor<1x64x32xf16> -> tensor<1x64x32xf16>
+      %b7 = tb.forloop_accum sum %b4 : tensor<1x64x64xf16> -> tensor<1x64x1xf16>
+      %b8 = tb.thread_graph (%b6, %b7) : (tensor<1x64x32xf16>, tensor<1x64x1xf16>) -> tensor<1x64x32xf16> {
+      ^bb0(%s0: f16, %s1: f16):
+        %t0 = th.div %s0, %s1 : f16
+        th.yield %t0 : f16
+      }
+      tb.output %b8 map <> : tensor<1x64x32xf16>
+    }
+    return %0 : tensor<1x64x32xf16>
+  }
+}
