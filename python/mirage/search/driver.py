@@ -4,9 +4,11 @@ Work is split into items: the first kernel op of a candidate (a pre-defined op, 
 graph-defined kernel over one input set with one schedule), cut where that kernel
 closes into several kernel states (`split`); each item runs the whole DFS below it in
 one worker process, builds and costs its complete candidates, and returns them with
-its statistics; items of one kind go to one worker where they can (`_Lanes`). Results are merged, deduplicated by canonical key
-and sorted by (cost, key), so the outcome does not depend on which worker ran what;
-with a time limit, what finishes in time does. The best candidates are then checked
+its statistics; units whose first kernel adds tensors of the same values go to one worker
+(their block-graph DFSs are replayed there), those of one kind where they can (`_Lanes`).
+Results are merged, deduplicated by canonical key and sorted by (cost, key), so the
+outcome does not depend on which worker ran what; with a time limit, what finishes in
+time does. The best candidates are then checked
 (float64, then the formal verifier) on the same workers, in rank order until `top_k`
 pass; those checks start while items still run, on the ranking so far (`_Checks`), and
 the final ranking takes their outcomes. Ctrl-C (or the time limit) stops the workers,
@@ -170,44 +172,53 @@ def work_items(gen: Generator, device: Target = DEFAULT, bound: float | None = N
 # an item past either limit stays whole
 SPLIT_ITEM_STATES = 500
 SPLIT_STATES = 10_000
+# the time of a unit whose block-graph DFSs another unit of its group ran, as a share of
+# that one's: GQA at max_block_ops=8, 0-25 %, mostly 5-10 % (`_Lanes`)
+REPLAYED = 0.1
 
 
 def split(gen: Generator, items: list) -> tuple[list, list]:
-    """(units, weights): `items` with each graph-defined item whose kernel closes into n > 1
+    """(units, meta): `items` with each graph-defined item whose kernel closes into n > 1
     distinct kernel states cut into its n parts (`_walk`), so that no item is a large
     share of the search (GQA at max_block_ops=8: one item was 7.6 % of the work, bounding
-    16 workers to 0.82; its kernel closes into 8 states); weight 1 for a unit whose
-    kernel closes into a state (what follows is searched), 0.01 for one that closes into
-    none (only its block-graph DFS runs), 1 for an item not probed. The cut is the
-    block-graph DFS of each item's first kernel (within SPLIT_ITEM_STATES and
-    SPLIT_STATES: GQA 0.1-0.2 s for 373 items), nothing after it. Deterministic, and the
-    same states and counts as the whole items; with a state cap (`max_states`, per work
-    item) nothing is cut, so that the cap keeps its meaning."""
+    16 workers to 0.82; its kernel closes into 8 states); per unit (weight, outputs):
+    weight 1 for a unit whose kernel closes into a state (what follows is searched), 0.01
+    for one that closes into none (only its block-graph DFS runs), 1 for an item not
+    probed; outputs: the values of the tensors its kernel adds (one state), else None.
+    Units of the same outputs search below tensors of the same values, whose block-graph
+    DFSs the generator replays in a process that ran them once (`_BlockCtx.run`): `_Lanes`
+    deals them to one worker. The cut is the block-graph DFS of each item's first kernel
+    (within SPLIT_ITEM_STATES and SPLIT_STATES: GQA 0.1-0.2 s for 373 items), nothing
+    after it. Deterministic, and the same states and counts as the whole items; with a
+    state cap (`max_states`, per work item) nothing is cut, so that the cap keeps its
+    meaning."""
     if gen.cfg.max_states is not None:
-        return list(items), [1.0] * len(items)
+        return list(items), [(1.0, None)] * len(items)
     saved = gen.stats, gen._memo, gen.on_candidate, gen.cfg
-    units, weights = [], []
+    n_in = len(gen.ref.inputs)
+    units, meta = [], []
     budget = SPLIT_STATES
     try:
         for it in items:
-            keys = set()
+            keys: dict = {}  # in `_walk`'s order of the parts
             if it[0] == "op":
-                keys.add(None)
+                keys[None] = 0
             elif budget > 0:
                 gen.cfg = saved[3].with_(max_states=min(SPLIT_ITEM_STATES, budget))
                 gen.stats, gen._memo, gen.on_candidate = Stats(), {}, lambda plan: None
-                _walk(gen, it, lambda st: keys.add(gen.state_key(st)))
+                _walk(gen, it, lambda st: keys.setdefault(gen.state_key(st), len(keys)))
                 budget -= gen.stats.states
                 if gen.stats.stopped:  # cut short: not known, left whole
-                    keys = {None}
+                    keys = {None: 0}
             else:
-                keys.add(None)
+                keys[None] = 0
             n = len(keys)
             units += [it] if n <= 1 else [it + (j, n) for j in range(n)]
-            weights += [1.0 if n else 0.01] * max(1, n)
+            # a state key's tensors: (expr, shape, classes, consumed), the program's inputs first
+            meta += [(1.0, None if k is None else tuple(t[:3] for t in k[0][n_in:])) for k in keys] or [(0.01, None)]
     finally:
         gen.stats, gen._memo, gen.on_candidate, gen.cfg = saved
-    return units, weights
+    return units, meta
 
 
 def _kind(unit) -> tuple:
@@ -221,47 +232,65 @@ def _kind(unit) -> tuple:
 
 class _Lanes:
     """Which unit a worker runs next. A worker builds its generator's value memos (tiles,
-    block ops, schedules: generator.py) for the kinds of units it runs: GQA's units dealt
-    in turn to 16 fresh generators took twice the CPU time of one generator running them
-    all (21.1 against 10.3 s, max_block_ops=7, in one process), and 16 contiguous runs of
-    them in `_kind` order 10.5 s. So the units, in `_kind` order, are cut into lanes, each
-    run front to back by one worker, in calls of several units (`_run_units`): a call
-    holds the lane's next units up to 1/(2 x workers) of the work left, so that a worker
-    runs runs of one kind whichever worker the pool hands a call to, and the calls get
-    shorter towards the end; the next call of a lane is submitted as its last returns,
-    when the worker that ran it is likely the one idle. A worker without a lane (at the
-    start, after a check, or at its lane's end) adopts a lane nobody runs, else takes the
-    back half of the lane with the most work left. Work is estimated from the times of
-    the calls seen so far, per kind of unit (per `weights` until then). Which worker runs
+    block ops, schedules: generator.py) and its record of block-graph DFSs, replayed for
+    later kernel states over tensors of the same values (`_BlockCtx.run`), for the units it
+    runs: GQA's units dealt in turn to 16 fresh generators took twice the CPU time of one
+    generator running them all (21.1 against 10.3 s, max_block_ops=7, in one process),
+    and 16 contiguous runs of them in `_kind` order 10.5 s. After the replay, 72 % of
+    GQA's block-DFS time (max_block_ops=8) was in DFSs that other units of the same
+    outputs (`split`) repeat, and 16 workers dealt runs of one kind ran 559k block DFS
+    steps where one worker runs 309k (max_block_ops=9). So units of the same outputs form
+    a group, run in one call (the first pays the DFSs, the others replay them); the
+    groups, in `_kind` order of their first unit, are cut into lanes, each run front to
+    back by one worker, in calls of several groups (`_run_units`): a call holds the
+    lane's next groups up to 1/(2 x workers) of the work left, so that a worker runs runs
+    of one kind whichever worker the pool hands a call to, and the calls get shorter
+    towards the end; the next call of a lane is submitted as its last returns, when the
+    worker that ran it is likely the one idle. A worker without a lane (at the start,
+    after a check, or at its lane's end) adopts a lane nobody runs, else takes the back
+    half of the lane with the most work left. Work is estimated from the times of the
+    calls seen so far, per kind of group (per the weights until then). Which worker runs
     what changes no result: the units are independent."""
 
-    def __init__(self, units: list, weights: list, workers: int = 1):
+    def __init__(self, units: list, meta: list, workers: int = 1):
         self.workers = workers
-        order = sorted(range(len(units)), key=lambda k: (_kind(units[k]), k))
-        self.order = order
-        self.lanes = [order]  # per lane: its units left, front first
-        self.busy = [False]  # per lane: one of its units in flight
+        groups, of_outs = [], {}
+        for k in sorted(range(len(units)), key=lambda k: (_kind(units[k]), k)):
+            outs = meta[k][1]
+            if outs is None:
+                groups.append([k])
+            elif outs not in of_outs:
+                of_outs[outs] = [k]
+                groups.append(of_outs[outs])
+            else:
+                of_outs[outs].append(k)
+        self.groups = groups
+        self.group_of = {k: j for j, g in enumerate(groups) for k in g}
+        self.order = [k for g in groups for k in g]
+        self.lanes = [list(range(len(groups)))]  # per lane: its groups left, front first
+        self.busy = [False]  # per lane: one of its calls in flight
         self.left = len(units)
-        self.weights = weights
-        # time seen per kind prefix: (has a state, inputs, loop length)
-        self.keys = [(weights[k] >= 1.0,) + (("op",) if u[0] == "op" else (u[1], u[2].forloop))
-                     for k, u in enumerate(units)]
+        # a group's weight: its first unit's, and REPLAYED of the others'
+        self.weights = [meta[g[0]][0] + REPLAYED * sum(meta[k][0] for k in g[1:]) for g in groups]
+        # time seen per kind prefix of a group's first unit: (has a state, inputs, loop length)
+        self.keys = [(meta[g[0]][0] >= 1.0,) + (("op",) if units[g[0]][0] == "op" else
+                                                 (units[g[0]][1], units[g[0]][2].forloop)) for g in groups]
         self.seen_time: dict = {}
 
-    def seen(self, k: int, seconds: float) -> None:
-        key = self.keys[k]
+    def seen(self, j: int, seconds: float) -> None:
+        key = self.keys[j]
         for d in range(len(key) + 1):
             t, n = self.seen_time.get(key[:d], (0.0, 0))
             self.seen_time[key[:d]] = (t + seconds, n + 1)
 
-    def estimate(self, k: int) -> float:
-        key = self.keys[k]
+    def estimate(self, j: int) -> float:
+        key = self.keys[j]
         for d in range(len(key), 0, -1):
             hit = self.seen_time.get(key[:d])
             if hit is not None:
                 return hit[0] / hit[1]
         t, n = self.seen_time.get((), (0.0, 0))
-        return self.weights[k] * (t / n if n else 1.0)
+        return self.weights[j] * (t / n if n else 1.0)
 
     def take(self, lane: int | None = None):
         """(lane, unit indices): the next call of `lane` (whose last call just returned), or
@@ -274,23 +303,28 @@ class _Lanes:
             lane = self._new()
             if lane is None:
                 return None
-        units = self.lanes[lane]
-        target = sum(self.estimate(k) for lane in self.lanes for k in lane) / (2 * self.workers)
-        n, work = 1, self.estimate(units[0])
-        while n < len(units) and work + self.estimate(units[n]) <= target:
-            work += self.estimate(units[n])
+        groups = self.lanes[lane]
+        # one group a call until a call's time is known: the weights alone would put GQA's
+        # largest groups (0.5-0.9 s, max_block_ops=9) in one call beside others
+        target = sum(self.estimate(j) for lane in self.lanes for j in lane) / (2 * self.workers) \
+            if self.seen_time else 0.0
+        n, work = 1, self.estimate(groups[0])
+        while n < len(groups) and work + self.estimate(groups[n]) <= target:
+            work += self.estimate(groups[n])
             n += 1
-        call, self.lanes[lane] = units[:n], units[n:]
+        self.lanes[lane] = groups[n:]
+        call = [k for j in groups[:n] for k in self.groups[j]]
         self.busy[lane] = True
-        self.left -= n
+        self.left -= len(call)
         return lane, call
 
     def seen_call(self, call: list, seconds: float) -> None:
-        """A call's time, shared among its units as estimated."""
-        est = [self.estimate(k) for k in call]
+        """A call's time, shared among its groups as estimated."""
+        groups = list(dict.fromkeys(self.group_of[k] for k in call))
+        est = [self.estimate(j) for j in groups]
         total = sum(est) or 1.0
-        for k, e in zip(call, est):
-            self.seen(k, seconds * e / total)
+        for j, e in zip(groups, est):
+            self.seen(j, seconds * e / total)
 
     def release(self, lane: int) -> None:
         """`lane`'s unit returned and its worker runs something else: the lane waits for another."""
@@ -305,7 +339,7 @@ class _Lanes:
         lane = self.lanes[j]
         if not lane:
             return None
-        cut, back = len(lane), 0.0  # the back half of its work, one unit at least
+        cut, back = len(lane), 0.0  # the back half of its work, one group at least
         while cut > 1 and back + self.estimate(lane[cut - 1]) <= work[j] / 2:
             cut -= 1
             back += self.estimate(lane[cut])
@@ -520,10 +554,10 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     bound = BOUND_WINDOW * min(c for _, c in found.values()) if found else None
     gen = Generator(pro.core if pro is not None else ref, cfg, bound=bound, device=device)
     items, skipped = work_items(gen, device, bound)
-    units, weights = split(gen, items)
+    units, meta = split(gen, items)
     workers = cfg.workers or (X.ray_workers() if cfg.executor == "ray" else os.cpu_count() or 1)
     workers = max(1, min(workers, len(units) or 1))
-    lanes = _Lanes(units, weights, workers)
+    lanes = _Lanes(units, meta, workers)
     if skipped:
         stats.pruned["bound"] += skipped
     progress = Progress(verbose)  # its phase starts after the workers are forked (it runs a thread)
