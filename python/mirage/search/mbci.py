@@ -30,7 +30,9 @@ The paper's search, mapped onto μGraphs:
   size per candidate, drawn with weight 1/t, until the measured best moves by less than
   epsilon. The draw is seeded by the chain's shape: the same program gives the same seeds.
 
-The seeds are plans like `seed.py`'s: built, verified and ranked with every other
+The seeds (`with_resident`) add to the explored best up to RESIDENT warp-resident tilings,
+whose first GEMM's result the lowering keeps in the mma fragments (the profile's verdict,
+benchmarks/results/mbci.md). The seeds are plans like `seed.py`'s: built, verified and ranked with every other
 candidate, so a wrong seed is rejected, never returned.
 """
 from __future__ import annotations
@@ -47,6 +49,8 @@ MEASURED = 4      # n: candidates "measured" per generation
 EPSILON = 0.01    # convergence: relative change of the measured best
 GENERATIONS = 12  # a bound on the loop (the paper's has none)
 SEEDS = 4         # plans handed to the search
+RESIDENT = 2      # and up to this many more that keep C in the warps' registers (`with_resident`)
+RESIDENT_TILE = 64  # their loop and E tiles at most this (larger ones spill or split the loop)
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,25 @@ def blocks(c: Chain, t: Tiling) -> int:
     return max(c.batch, 1) * (c.M // t.tm) * (c.H // t.th)
 
 
+def launched_blocks(c: Chain, t: Tiling, sms: int) -> int:
+    """Blocks the lowering launches: `blocks`, times the split of the for-loop over blocks
+    that it chooses for a grid under 3/4 of the SMs (`lower.kernel_plan.choose_split`: the
+    largest divisor s of the loop with blocks * s <= 4 SMs and two iterations a block left).
+    The chain's accumulators are plain sums, so its loop splits."""
+    nb, R = blocks(c, t), (c.N if t.form == "n" else c.K) // t.tl
+    if nb >= 0.75 * sms:
+        return nb
+    return nb * max([s for s in range(1, R + 1) if R % s == 0 and nb * s <= 4 * sms and R // s >= 2] or [1])
+
+
+def warp_resident(c: Chain, t: Tiling, warps: int) -> bool:
+    """Each of the block's warps owns 16 whole rows of C and E (tm = 16 x warps, loop over
+    n): the lowering keeps C (or f(C)) in the mma fragments as the second GEMM's A operand
+    and E in registers across the loop (`frag_fusion`); no shared-memory round trip and no
+    barrier between the GEMMs."""
+    return t.form == "n" and t.tm == 16 * warps
+
+
 def model_time(c: Chain, t: Tiling, dev: Target = DEFAULT) -> float:
     """Eqs. (2)-(5): per block, L_A once (hoisted), L_B and L_D over the whole loop, S_E
     once; C and E's FLOPs; times the blocks, slowed by alpha."""
@@ -146,8 +169,11 @@ def model_time(c: Chain, t: Tiling, dev: Target = DEFAULT) -> float:
     return (t_mem + t_comp) * (nb + dev.sms) / nb
 
 
-def space(c: Chain, cfg: SearchConfig, pruned: dict) -> list[Tiling]:
-    """The pruned candidates; `pruned` counts what each rule removed."""
+def space(c: Chain, cfg: SearchConfig, pruned: dict, split_aware: bool = False) -> list[Tiling]:
+    """The pruned candidates; `pruned` counts what each rule removed. `split_aware`: the
+    parallelism rule counts the blocks the lowering launches after splitting the loop
+    (`launched_blocks`) instead of the tiling's grid (the space of `with_resident`)."""
+    nblocks = (lambda t: launched_blocks(c, t, cfg.sms)) if split_aware else (lambda t: blocks(c, t))
     out = []
     pruned["mbci nested tilings (one loop level)"] = pruned.get("mbci nested tilings (one loop level)", 0) + 2
     for form, L in (("n", c.N), ("k", c.K)):
@@ -163,10 +189,10 @@ def space(c: Chain, cfg: SearchConfig, pruned: dict) -> list[Tiling]:
                         pruned["mbci blocks"] = pruned.get("mbci blocks", 0) + 1
                     else:
                         out.append(t)
-    few = [t for t in out if blocks(c, t) < cfg.sms // 2]
+    few = [t for t in out if nblocks(t) < cfg.sms // 2]
     if len(few) < len(out):  # finer tilings exist: under half the SMs busy is not worth it
         pruned["mbci parallelism"] = pruned.get("mbci parallelism", 0) + len(few)
-        out = [t for t in out if blocks(c, t) >= cfg.sms // 2]
+        out = [t for t in out if nblocks(t) >= cfg.sms // 2]
     return out
 
 
@@ -255,4 +281,25 @@ def mbci_seeds(core, cfg: SearchConfig, measure, pruned: dict | None = None, dev
     pruned = {} if pruned is None else pruned
     cands = space(c, cfg, pruned)
     tilings = explore(c, cands, lambda t: measure(plan_of(c, t, cfg)), dev)
-    return [plan_of(c, t, cfg) for t in tilings[:SEEDS]]
+    return [plan_of(c, t, cfg) for t in with_resident(c, space(c, cfg, {}, True), tilings, cfg, dev)]
+
+
+def with_resident(c: Chain, cands: list[Tiling], tilings: list[Tiling], cfg: SearchConfig,
+                  dev: Target = DEFAULT) -> list[Tiling]:
+    """The seeds: the SEEDS explored best (`tilings`, best first), then up to RESIDENT
+    warp-resident tilings (`warp_resident`) of `cands` (the split-aware space: a grid of
+    few blocks is split over the loop by the lowering) of loop tile and E tile at most
+    RESIDENT_TILE (the largest tiles first, then by the model) that are not among them.
+    H100, Nsight Compute on the picks of Tables II/III (benchmarks/results/mbci.md,
+    2026-11-25): every fused kernel ran one block of 4 warps an SM (its shared memory),
+    latency-bound (tensor pipe 4-23% busy, stalls on fixed-latency dependencies and
+    shared memory). Of the tilings timed there, 64 x 64 x 64 was the fastest on G11, G12
+    and S2 and within 5% on S3 (not on G10: 15.0-16.1 against 13.8 us), and with C in the
+    fragments S2 ran 19.1 us against 35.3 for the fastest of the four seeds before, which
+    the search's cost model had ranked above it."""
+    warps = max(1, (cfg.block_dim[0] * cfg.block_dim[1] * cfg.block_dim[2]) // 32)
+    res = [t for t in cands if warp_resident(c, t, warps) and t.tl <= RESIDENT_TILE and t.th <= RESIDENT_TILE]
+    res.sort(key=lambda t: (-t.tl, -t.th, model_time(c, t, dev)))  # the largest tiles first: least recompute
+    top = tilings[:SEEDS]
+    return top + [t for t in res if t not in top][:RESIDENT]
+

@@ -1,0 +1,109 @@
+"""The lowering of MCFuser's chains (search/mbci.py) with the first GEMM's result kept in the
+mma fragments: matmul -> matmul (a GEMM chain) and matmul -> thread graph of unary ops ->
+matmul (exp(s * Q @ K) of attention), where each warp owns 16 whole rows of C; the chain
+search's warp-resident seeds, and its block count after the lowering's loop split.
+The kernels' numbers are checked on the GPU (benchmarks/mbci.py --run: every bundle
+against fp32 PyTorch); here the plan and the emitted IR."""
+import numpy as np
+import pytest
+
+import mirage as mi
+from mirage.core.graph import GraphError
+from mirage.lower import Options, convert_to_gpu
+from mirage.lower.convert import plan_graph
+from mirage.lower.kernel_plan import _unary_chain, choose_split
+from mirage.search.build import build
+from mirage.search.config import SearchConfig
+from mirage.search.mbci import RESIDENT, SEEDS, Tiling, find_chain, launched_blocks, plan_of, space, \
+    warp_resident, with_resident
+
+
+def chain(b, M, N, K, H, attn=False):
+    g = mi.new_kernel_graph("chain")
+    A, B, D = g.new_input((b, M, K)), g.new_input((b, K, N)), g.new_input((b, N, H))
+    if attn:
+        e = g.exp(g.mul_scalar(g.matmul(A, B), 0.125))
+        g.mark_output(g.div(g.matmul(e, D), g.reduction(e, 2)))
+    else:
+        g.mark_output(g.matmul(g.matmul(A, B), D))
+    return g
+
+
+def tiled(g, tm, tl, th):
+    c = find_chain(g)
+    return build(g, plan_of(c, Tiling("n", tm, tl, th), SearchConfig()))
+
+
+def kernel(g, **kw):
+    (k,) = plan_graph(g, Options(split=1, **kw)).kernels
+    return k.plan
+
+
+@pytest.mark.parametrize("attn", [False, True])
+def test_resident_chain_keeps_c_in_registers(attn):
+    g = tiled(chain(2, 128, 256, 64, 64, attn), 64, 64, 64)
+    on, off = kernel(g), kernel(g, frag_fusion=False)
+    assert on.notes["frag_fused"] == 1 and "fragments fused" in on.describe()
+    mm0 = g.ops[0].body.ops[0]
+    assert mm0.kind == "matmul" and id(mm0.outputs[0]) in on.reg_tiles and id(mm0.outputs[0]) not in on.tiles
+    assert id(mm0.outputs[0]) in off.tiles and on.smem < off.smem
+    if attn:  # exp(s x) on the fragments, its row sums by quad shuffles: no warp-row reduction
+        assert on.notes["warp_reductions"] == 0
+        th = g.ops[0].body.ops[1]
+        assert th.kind == "thread_graph" and _unary_chain(th) and id(th) in on.fused_unary
+
+
+def test_resident_chain_ir():
+    """64 x 64 x 64 tiles, 4 warps: C's fragments rounded to f16 are the second mma's A
+    operand (from_elements, no ldmatrix of C, no barrier between the GEMMs)."""
+    low = convert_to_gpu(tiled(chain(1, 64, 128, 64, 64), 64, 64, 64), Options(split=1))
+    loop = low.module.split("iter_args", 1)[1]
+    first, second = loop.split("vector.from_elements", 1)
+    assert "nvgpu.mma.sync" in first and "gpu.barrier" not in first.split("nvgpu.mma.sync", 1)[1]
+    assert "vector<4x2xf16>" in second.split("\n", 1)[0] and "gpu.barrier" not in second.split("scf.yield")[0]
+    assert low.kernels[0]["notes"]["mma"] == 2 and low.kernels[0]["notes"]["frag_fused"] == 1
+    low_a = convert_to_gpu(tiled(chain(1, 64, 128, 64, 64, True), 64, 64, 64), Options(split=1))
+    # 64 x 64 scores over 4 warps: 32 values a thread, exp applied once each, unrolled
+    assert low_a.module.count("math.exp") == 32
+
+
+def test_chain_not_fused_where_warps_share_rows():
+    """32 rows for 4 warps: no warp owns whole rows of C, which goes through shared memory."""
+    on = kernel(tiled(chain(1, 128, 256, 64, 64), 32, 64, 64))
+    assert not on.notes.get("frag_fused")
+
+
+def test_unary_chain_only_chains_unary_ops():
+    body = tiled(chain(1, 64, 128, 64, 64, True), 64, 64, 64).ops[0].body
+    tgs = [op for op in body.ops if op.kind == "thread_graph"]
+    assert [_unary_chain(op) for op in tgs] == [True, False]  # exp(s x); the division (two inputs)
+    assert not any(_unary_chain(op) for op in body.ops if op.kind != "thread_graph")
+
+
+@pytest.mark.parametrize("shape", [(1, 1024, 1024, 128, 128), (12, 512, 512, 64, 64), (1, 512, 256, 64, 64)])
+def test_launched_blocks_is_the_lowerings_split(shape):
+    g = chain(*shape, attn=shape[0] == 12)
+    c = find_chain(g)
+    cfg = SearchConfig()
+    for t in space(c, cfg, {}, split_aware=True)[:40]:
+        try:
+            body = build(g, plan_of(c, t, cfg)).ops[0].body
+        except GraphError:  # eq. (1) admits up to 1.2x the shared memory; the builder checks it
+            continue
+        nb = int(np.prod(body.grid_dim))
+        assert launched_blocks(c, t, cfg.sms) == nb * choose_split(body, Options(sms=cfg.sms)), t
+
+
+def test_seeds_add_warp_resident_tilings():
+    g = chain(8, 1024, 1024, 128, 128)
+    c = find_chain(g)
+    cfg = SearchConfig()
+    cands = space(c, cfg, {}, split_aware=True)
+    explored = [t for t in cands if not warp_resident(c, t, 4)][:SEEDS]
+    seeds = with_resident(c, cands, explored, cfg)
+    assert seeds[:SEEDS] == explored and len(seeds) == SEEDS + RESIDENT
+    extra = seeds[SEEDS:]
+    assert all(warp_resident(c, t, 4) and t.tl <= 64 and t.th <= 64 for t in extra)
+    assert extra[0] == Tiling("n", 64, 64, 64)  # the largest loop and E tiles first
+    # already among the explored: not added twice
+    assert with_resident(c, cands, extra + explored[:2], cfg)[:4] == extra + explored[:2]
