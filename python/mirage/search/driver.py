@@ -240,17 +240,18 @@ class _Lanes:
     GQA's block-DFS time (max_block_ops=8) was in DFSs that other units of the same
     outputs (`split`) repeat, and 16 workers dealt runs of one kind ran 559k block DFS
     steps where one worker runs 309k (max_block_ops=9). So units of the same outputs form
-    a group, run in one call (the first pays the DFSs, the others replay them); the
+    a group, run in one call (the first pays the DFSs, the others replay them). The
     groups, in `_kind` order of their first unit, are cut into lanes, each run front to
-    back by one worker, in calls of several groups (`_run_units`): a call holds the
-    lane's next groups up to 1/(2 x workers) of the work left, so that a worker runs runs
-    of one kind whichever worker the pool hands a call to, and the calls get shorter
-    towards the end; the next call of a lane is submitted as its last returns, when the
-    worker that ran it is likely the one idle. A worker without a lane (at the start,
-    after a check, or at its lane's end) adopts a lane nobody runs, else takes the back
-    half of the lane with the most work left. Work is estimated from the times of the
-    calls seen so far, per kind of group (per the weights until then). Which worker runs
-    what changes no result: the units are independent."""
+    back by one worker (`_run_units`), a group a call: the next call of a lane is
+    submitted as its last returns, when the worker that ran it is likely the one idle. A
+    worker without a lane (at the start, after a check, or at its lane's end) adopts a
+    lane nobody runs, else takes the back half of the lane with the most work left. Work
+    is estimated from the times of the calls seen so far, per kind of group (per the
+    weights until then). Calls of several groups (up to 1/(2 x workers) of the work left,
+    as before the groups) put GQA's largest groups (1-2.7 s at max_block_ops=10, where
+    16 workers' share is 2.3 s) beside others in one call: 16 virtual workers
+    (results/search_scaling.md, 2026-11-25) took 2.9 and 4.1 s, a group a call 3.0 and
+    3.1 s. Which worker runs what changes no result: the units are independent."""
 
     def __init__(self, units: list, meta: list, workers: int = 1):
         self.workers = workers
@@ -303,28 +304,15 @@ class _Lanes:
             lane = self._new()
             if lane is None:
                 return None
-        groups = self.lanes[lane]
-        # one group a call until a call's time is known: the weights alone would put GQA's
-        # largest groups (0.5-0.9 s, max_block_ops=9) in one call beside others
-        target = sum(self.estimate(j) for lane in self.lanes for j in lane) / (2 * self.workers) \
-            if self.seen_time else 0.0
-        n, work = 1, self.estimate(groups[0])
-        while n < len(groups) and work + self.estimate(groups[n]) <= target:
-            work += self.estimate(groups[n])
-            n += 1
-        self.lanes[lane] = groups[n:]
-        call = [k for j in groups[:n] for k in self.groups[j]]
+        j, self.lanes[lane] = self.lanes[lane][0], self.lanes[lane][1:]
+        call = list(self.groups[j])
         self.busy[lane] = True
         self.left -= len(call)
         return lane, call
 
     def seen_call(self, call: list, seconds: float) -> None:
-        """A call's time, shared among its groups as estimated."""
-        groups = list(dict.fromkeys(self.group_of[k] for k in call))
-        est = [self.estimate(j) for j in groups]
-        total = sum(est) or 1.0
-        for j, e in zip(groups, est):
-            self.seen(j, seconds * e / total)
+        """A call's time (a call is a group)."""
+        self.seen(self.group_of[call[0]], seconds)
 
     def release(self, lane: int) -> None:
         """`lane`'s unit returned and its worker runs something else: the lane waits for another."""
