@@ -15,8 +15,9 @@ one-worker run takes a minute or two, not an hour (GQA: 392,274 states at 7, 1.8
 `--no-checks` leaves out the checks of the best candidates (verify=False), so that a run
 times the seeds, the work items and the ranking.
 
-`--independent` measures what the machine itself gives: per worker count N > 1, N
-independent one-worker searches of the same program at once (each its own process, the
+`--independent [N ...]` measures what the machine itself gives: per worker count N > 1
+(or only those named: a batch of 16 one-worker searches at once takes as long as one
+search of 16 x the work), N independent one-worker searches of the same program at once (each its own process, the
 local executor, started together). Their mean time t_N against the one-worker run alone
 (T_1) is the machine's own speedup with N busy CPUs, N·T_1/t_N (N on a machine whose CPUs
 do not slow each other down); the search's efficiency against the machine is
@@ -167,8 +168,9 @@ def main():
     ap.add_argument("--executor", choices=("ray", "local"), default="ray")
     ap.add_argument("--time-limit", type=float, default=7200, help="never reached: the searches run to the end")
     ap.add_argument("--no-checks", action="store_true", help="verify=False: no checks of the best candidates")
-    ap.add_argument("--independent", action="store_true",
-                    help="also N independent one-worker searches at once per worker count N > 1 (the machine's scaling)")
+    ap.add_argument("--independent", type=int, nargs="*", metavar="N",
+                    help="also N independent one-worker searches at once per worker count N > 1, or per N named "
+                         "(the machine's scaling)")
     ap.add_argument("--trace", metavar="DIR", help="per-unit and per-call CPU and wall time of every process (local)")
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -199,7 +201,10 @@ def main():
         warnings.simplefilter("ignore")
         superoptimize(BENCHMARKS["gqa"].reference(1), "attention", workers=max(ws), executor=a.executor,
                       max_block_ops=6, measure=False, verify=not a.no_checks)
-    flags = (" --no-checks" if a.no_checks else "") + (" --independent" if a.independent else "")
+    # the worker counts of --independent: those named, else every count > 1 (none without it)
+    at_n = set() if a.independent is None else set(a.independent or [w for w in ws if w > 1]) - {1}
+    flags = (" --no-checks" if a.no_checks else "") + \
+        ("" if a.independent is None else " --independent" + "".join(f" {n}" for n in a.independent))
     out = [f"# Search scaling over {'Ray workers' if a.executor == 'ray' else 'local worker processes'}", "",
            f"Date: {datetime.datetime.now():%Y-%m-%d %H:%M}. Driver: {platform.node()} ({platform.machine()}, "
            f"{os.cpu_count()} cores). {where}",
@@ -218,13 +223,13 @@ def main():
            "search's processes, user + system (driver and local workers; not measured on Ray)."
            + (" *N at once*: N independent one-worker searches run together, mean (min-max) time t_N; "
               "*machine*: the machine's speedup with N busy CPUs, N x T_1 / t_N; *vs machine*: the search's "
-              "efficiency against that, t_N / (N x T_N)." if a.independent else ""), ""]
+              "efficiency against that, t_N / (N x T_N)." if at_n else ""), ""]
     for name in a.names:
-        more = " N at once | machine | vs machine |" if a.independent else ""
+        more = " N at once | machine | vs machine |" if at_n else ""
         out += [f"## {name}", "",
                 "| workers | enumeration | speedup | efficiency | search | speedup | efficiency | other | CPU "
                 f"|{more} states | best | load |",
-                "|---|---|---|---|---|---|---|---|---|" + "---|" * (3 * a.independent) + "---|---|---|"]
+                "|---|---|---|---|---|---|---|---|---|" + "---|" * (3 * bool(at_n)) + "---|---|---|"]
         base = None
         at_once = {}  # N -> the times of N independent one-worker searches
         traces, one = [], None  # --trace: a line per run; the one-worker run's CPU per unit
@@ -243,8 +248,8 @@ def main():
             row = (f"| {w} | {enum:.1f} s | {base[0] / enum:.2f} | {base[0] / enum / w:.2f} | "
                    f"{total:.1f} s | {base[1] / total:.2f} | {base[1] / total / w:.2f} | {total - enum:.1f} s | "
                    f"{'-' if used is None else f'{sum(used):.1f} s (sys {used[1]:.1f})'} | ")
-            if a.independent:
-                if w > 1 and w not in at_once:
+            if at_n:
+                if w in at_n and w not in at_once:
                     at_once[w] = independent(name, w, a)
                     if any((s, k) != base[2:] for _, s, k in at_once[w]):
                         row += "(an independent search DIFFERS from 1 worker) "
