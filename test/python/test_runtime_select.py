@@ -195,6 +195,37 @@ def test_l2_flush_buffer_freed_when_timing_fails(variants):
     assert drv.flush_allocs() == 1 and 2 * drv.L2 not in drv.live.values()
 
 
+def test_a_failed_timing_destroys_what_it_created(variants):
+    """Streams, graphs, executable graphs and events made to time a variant are destroyed
+    when its timing fails partway (here its graph launch), as when it succeeds."""
+    class Counting(TimingDriver):
+        def __init__(self, *a):
+            super().__init__(*a)
+            self.alive = {}
+        def made(self, kind, r):
+            self.alive[kind] = self.alive.get(kind, 0) + 1
+            return r
+        def gone(self, kind):
+            self.alive[kind] -= 1
+            return (0,)
+        def cuStreamCreate(self, flags): return self.made("stream", super().cuStreamCreate(flags))
+        def cuStreamDestroy(self, s): return self.gone("stream")
+        def cuStreamEndCapture(self, s): return self.made("graph", super().cuStreamEndCapture(s))
+        def cuGraphDestroy(self, g): return self.gone("graph")
+        def cuGraphInstantiate(self, g, flags): return self.made("exe", super().cuGraphInstantiate(g, flags))
+        def cuGraphExecDestroy(self, e): return self.gone("exe")
+        def cuEventCreate(self, flags): return self.made("event", super().cuEventCreate(flags))
+        def cuEventDestroy(self, ev): return self.gone("event")
+        def cuGraphLaunch(self, exe, s):
+            return (1,) if any(f == "rank1" for f, _ in exe) else super().cuGraphLaunch(exe, s)
+
+    drv = Counting(COST, VALUE)
+    k = load(variants, driver=drv, cache_dir=None)
+    call(k, drv)
+    assert k.report["variant"] == "rank0" and "cuGraphLaunch" in k.report["rejected"]["rank1"]
+    assert drv.alive == {"stream": 0, "graph": 0, "exe": 0, "event": 0}
+
+
 def test_damaged_choice_file_is_measured_again(variants, tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()

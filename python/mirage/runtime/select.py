@@ -306,9 +306,11 @@ class Selecting:
         d = self.driver
         ck = k._check
         scratch, words = flush
+        made = []  # destroy calls of what was created, run in reverse however the timing ends
         ck(d.cuCtxPushCurrent(k._context(device)), "cuCtxPushCurrent")
         try:
             s = ck(d.cuStreamCreate(1), "cuStreamCreate")  # CU_STREAM_NON_BLOCKING
+            made.append(lambda: d.cuStreamDestroy(s))
             h = int(s)
             outs = k(*tensors, stream=h)  # modules loaded, buffers allocated: capture-ready
             k(*tensors, stream=h, out=outs)
@@ -318,8 +320,13 @@ class Selecting:
                 k(*tensors, stream=h, out=outs)
             finally:
                 graph = ck(d.cuStreamEndCapture(s), "cuStreamEndCapture")
+                made.append(lambda: d.cuGraphDestroy(graph))
             exe = ck(d.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
-            start, end = ck(d.cuEventCreate(0), "cuEventCreate"), ck(d.cuEventCreate(0), "cuEventCreate")
+            made.append(lambda: d.cuGraphExecDestroy(exe))
+            start = ck(d.cuEventCreate(0), "cuEventCreate")
+            made.append(lambda: d.cuEventDestroy(start))
+            end = ck(d.cuEventCreate(0), "cuEventCreate")
+            made.append(lambda: d.cuEventDestroy(end))
             ck(d.cuGraphLaunch(exe, s), "cuGraphLaunch")  # warm-up
             ms = []
             for _ in range(self.reps):
@@ -329,12 +336,9 @@ class Selecting:
                 ck(d.cuEventRecord(end, s), "cuEventRecord")
                 ck(d.cuEventSynchronize(end), "cuEventSynchronize")
                 ms.append(float(ck(d.cuEventElapsedTime(start, end), "cuEventElapsedTime")))
-            for ev in (start, end):
-                d.cuEventDestroy(ev)
-            d.cuGraphExecDestroy(exe)
-            d.cuGraphDestroy(graph)
-            d.cuStreamDestroy(s)
         finally:
+            for destroy in reversed(made):
+                destroy()
             d.cuCtxPopCurrent()
         return statistics.median(ms) * 1e3
 
