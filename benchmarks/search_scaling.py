@@ -269,9 +269,10 @@ def main():
         if traces:
             out += ["", f"Trace (--trace {a.trace}):", ""] + traces
         out.append("")
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
-        f.write("\n".join(out) + "\n")
+        # after each program: a run cut short by a time limit keeps the tables done
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        with open(a.out, "w") as f:
+            f.write("\n".join(out) + "\n")
     print("\n".join(out))
 
 
