@@ -16,8 +16,13 @@
 // CHECK-NOT: gpu.barrier
 // CHECK: %[[A:.*]] = vector.from_elements {{.*}} : vector<4x2xf16>
 // CHECK-NOT: gpu.barrier
-// CHECK: nvgpu.ldmatrix {{.*}} {numTiles = 2 : i32, transpose = true} : memref<64x32xf16
-// CHECK-NEXT: nvgpu.mma.sync(%[[A]], %{{.*}}, %arg{{[0-9]+}})
+// (a warp's two 8-column tiles of E share one ldmatrix.x4 of D, split by vector.shuffle)
+// CHECK: nvgpu.ldmatrix {{.*}} {numTiles = 4 : i32, transpose = true} : memref<64x32xf16
+// CHECK-NEXT: %[[B0:.*]] = vector.shuffle {{.*}} [0, 1]
+// CHECK-NEXT: %[[B1:.*]] = vector.shuffle {{.*}} [2, 3]
+// CHECK-NEXT: nvgpu.mma.sync(%[[A]], %[[B0]], %arg{{[0-9]+}})
+// CHECK-NEXT: %[[A1:.*]] = vector.from_elements {{.*}} : vector<4x2xf16>
+// CHECK-NEXT: nvgpu.mma.sync(%[[A1]], %[[B1]], %arg{{[0-9]+}})
 // CHECK: scf.yield
 // CHECK-NOT: nvgpu.mma.sync
 // CHECK: gpu.return

@@ -69,11 +69,26 @@ class MatmulEmitter:
         init = acc or [zero] * tpw
         arow = e.rem(self.lane, 16)
         acol0 = e.mul(e.div(self.lane, 16), 8)
+        # a warp's tiles j, j+1 (j even) are columns nt, nt+1 of one row of tiles when no tile
+        # index is clamped and the counts are even: one ldmatrix.x4 loads both B fragments
+        # (lanes 16-31 address the second's rows), half the B loads of one x2 a tile
+        paired = T == tpw * (self.p.nthreads // 32) and tpw % 2 == 0 and NT % 2 == 0
+
+        def b_frags(brow, nt) -> list[str]:
+            n = 4 if paired else 2
+            col = e.add(e.mul(nt, 8), acol0) if paired else e.mul(nt, 8)
+            f = e.op(f"nvgpu.ldmatrix {vb}[{e.idx(brow)}, {e.idx(tb_.chunk_col(e, brow, col))}] "
+                     f"{{numTiles = {n} : i32, transpose = true}} : {tb_.mtype2d} -> vector<{n}x2x{elt}>", "fb")
+            if not paired:
+                return [f]
+            return [e.op(f"vector.shuffle {f}, {f} [{o}, {o + 1}] : vector<4x2x{elt}>, vector<4x2x{elt}>", "fb")
+                    for o in (0, 2)]
 
         def step(k0, cs):
             acol = e.add(k0, acol0)
             brow = e.add(k0, arow)
             outs = []
+            fbs: list = []
             for jj, ((t, mt, nt), c) in enumerate(zip(tiles, cs)):
                 if areg is not None:
                     fa = self.a_frag_from_regs(areg, jj // NT, k0 // 16, elt)
@@ -81,8 +96,9 @@ class MatmulEmitter:
                     ar = e.add(e.mul(mt, 16), arow)
                     fa = e.op(f"nvgpu.ldmatrix {va}[{e.idx(ar)}, {e.idx(ta.chunk_col(e, ar, acol))}] "
                               f"{{numTiles = 4 : i32, transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa")
-                fb = e.op(f"nvgpu.ldmatrix {vb}[{e.idx(brow)}, {e.idx(tb_.chunk_col(e, brow, e.mul(nt, 8)))}] "
-                          f"{{numTiles = 2 : i32, transpose = true}} : {tb_.mtype2d} -> vector<2x2x{elt}>", "fb")
+                if not paired or jj % 2 == 0:
+                    fbs = b_frags(brow, nt)
+                fb = fbs[jj % 2 if paired else 0]
                 if elt == "bf16":
                     outs.append(self.mma_bf16(fa, fb, c))
                     continue
