@@ -157,6 +157,50 @@ def measure_on_gpu(res: SearchResult, target: str = "sm_90", scale: float = 0.25
     return {int(n[1:]): t for n, t in times.items() if n != "reference"}
 
 
+def spills(graph, target: str = "sm_90") -> int | None:
+    """Bytes of registers the kernels of `graph` spill (summed over its kernels) as ptxas
+    assembles them for `target`; None where it does not lower or no ptxas is installed."""
+    from .. import lower
+    from ..lower import ptxas
+
+    if ptxas.find() is None:
+        return None
+    try:
+        _, ptx = lower.to_ptx(graph, target)
+    except lower.LoweringError:
+        return None
+    use = ptxas.usage(ptx, target)
+    return None if use is None else sum(u["spill_stores"] for u in use.values())
+
+
+def demote_spilling(res: SearchResult, target: str = "sm_90") -> SearchResult:
+    """Without a GPU to time them: the best candidates whose kernels spill registers (ptxas,
+    where installed) move after the first that does not, which leads. The cost model
+    does not count registers, and a kernel that spills runs several times slower than
+    it says (`lower.ptxas`). Candidates are checked best first until one does not spill;
+    the reference is not (its kernels are the pre-defined ones)."""
+    from ..lower import ptxas
+
+    if ptxas.find() is None or len(res.candidates) < 2:
+        return res
+    spilled = []
+    for c in res.candidates:
+        n = 0 if c.key == "reference" else spills(c.graph, target)
+        if n is None:
+            return res  # not known: keep the cost ranking
+        if n == 0:
+            break
+        spilled.append((c, n))
+    else:
+        return res  # every candidate spills: the cost ranking stands
+    if spilled:
+        moved = {id(c) for c, _ in spilled}
+        res.candidates = [c for c in res.candidates if id(c) not in moved] + [c for c, _ in spilled]
+        res.notes.append("ranked after the others, their kernels spill registers (ptxas): " + ", ".join(
+            f"{c.key[:8]} {n} bytes" for c, n in spilled))
+    return res
+
+
 def select_by_time(res: SearchResult, measure=None, progress=None) -> SearchResult:
     """Reorder `res` by measured time: `measure(res) -> {index: µs}` (default: on this
     machine's GPU). Without a GPU, `res` is returned unchanged with a note. `progress`
@@ -166,7 +210,7 @@ def select_by_time(res: SearchResult, measure=None, progress=None) -> SearchResu
     progress = progress or Progress(False)
     if measure is None and not gpu_available():
         res.notes.append("no GPU here: candidates ranked by the cost model")
-        return res
+        return demote_spilling(res)
     with progress.phase("GPU timing", len(res.candidates), "candidates",
                         f"{len(res.candidates)} candidates (the reference among them)"):
         if measure is None:
