@@ -15,13 +15,14 @@ torch.compile + CUDA graphs.
 Default mode, for each benchmark and batch size (bundles <benchmark>_<variant>_bs<bs>/
 from build_bundles.py): each `--variant` column (the first is "ours": what a user gets,
 e.g. `search-top`, the search's verified top candidates chosen on this GPU), replayed
-in CUDA graphs and called plainly (the faster counts, as PyTorch's best variant does); torch eager; F.rms_norm / scaled_dot_product_attention where they apply;
-torch.compile; torch.compile replayed in CUDA graphs. Two timings of each, in one run:
-each call alone (medians of `triton.testing.do_bench`: L2 flushed and CUDA events around
-every call) and back to back (`steady_fn`: many calls in one graph or loop, as in a
-model). Inputs rotate over several fresh random sets so that together they exceed the
-L2 cache (METHOD.md). Reports µs, the
-speedup of ours over the best PyTorch variant and their geomean, and the fraction of
+in CUDA graphs and called plainly (the faster counts, as PyTorch's best variant does);
+torch eager; F.rms_norm / scaled_dot_product_attention where they apply; torch.compile;
+torch.compile replayed in CUDA graphs. Two timings of each, in one run: each call alone
+(medians of `triton.testing.do_bench`: L2 flushed and CUDA events around every call)
+and back to back (`steady_fn`: many calls in one graph or loop, as in a model). Inputs
+rotate over several fresh random sets so that together they exceed the L2 cache
+(METHOD.md). Reports µs, the speedup of ours over the best PyTorch variant and their
+geomean (per timing), and the fraction of
 the memory floor reached (minimal bytes, inputs read once + output written once, at
 the measured device-to-device copy bandwidth). Checks every column first. Writes a
 markdown table with device, date and versions to --out.
