@@ -223,11 +223,14 @@ def split(gen: Generator, items: list) -> tuple[list, list]:
 
 def _kind(unit) -> tuple:
     """Units of one kind share most of the generator's value memos (the same inputs and
-    loop, so the same tiles, shapes and schedules below): `_Lanes` keeps them together."""
+    loop, so the same tiles, shapes and schedules below): `_Lanes` keeps them together.
+    First kernels over more inputs come first: they hold most of the work and the largest
+    units (GQA at max_block_ops=11: those over 3 inputs 25.9 of 40.6 s, up to 2.6 s a
+    unit, where 16 workers' share is 2.5 s), which should not start last."""
     if unit[0] == "op":
         return (0, repr(unit))
     s = unit[2]
-    return (1, unit[1], s.forloop, s.grid, s.maps) + tuple(unit[3:4])
+    return (1, -len(unit[1]), unit[1], s.forloop, s.grid, s.maps) + tuple(unit[3:4])
 
 
 class _Lanes:
