@@ -13,9 +13,8 @@ from mirage.search.config import make_config  # noqa: E402
 from test_search import gqa_ref  # noqa: E402
 
 
-def _items(cfg, monkeypatch):
-    """Per work item: (states, pruning counts, candidates, plans), run in this process; and
-    how many block states the DFS itself visited (the others were replayed)."""
+def count_block_dfs(monkeypatch) -> list:
+    """[n]: n counts the block-graph DFS steps run (not replayed) from now on."""
     visited = [0]
     dfs = G._BlockCtx.dfs
 
@@ -24,6 +23,13 @@ def _items(cfg, monkeypatch):
         return dfs(self)
 
     monkeypatch.setattr(G._BlockCtx, "dfs", counted)
+    return visited
+
+
+def _items(cfg, monkeypatch):
+    """Per work item: (states, pruning counts, candidates, plans), run in this process; and
+    how many block states the DFS itself visited (the others were replayed)."""
+    visited = count_block_dfs(monkeypatch)
     ref = gqa_ref(s=128)
     gen = G.Generator(ref, cfg)
     items, _ = D.work_items(gen)

@@ -12,8 +12,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from mirage.search import driver as D  # noqa: E402
-from mirage.search import generator as G  # noqa: E402
 from test_search_ray import _items, assert_same, search  # noqa: E402
+from test_search_block_memo import count_block_dfs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +63,7 @@ def test_a_group_run_in_one_worker_replays_and_visits_what_each_unit_visits_alon
     units, meta = D.split(gen, items)
     lanes = D._Lanes(units, meta)
     groups = [g for g in lanes.groups if len(g) > 1]
-    visited = [0]
-    dfs = G._BlockCtx.dfs
-
-    def counted(self):
-        visited[0] += 1
-        return dfs(self)
-
-    monkeypatch.setattr(G._BlockCtx, "dfs", counted)
+    visited = count_block_dfs(monkeypatch)
 
     def run(us, fresh_each):
         out = []
