@@ -26,9 +26,11 @@ reused by every call (split for-loops keep self-resetting arrival counters there
 calls of the same `Kernel` must not run concurrently on
 different streams (nor from different threads: the fast path below reuses its argument arrays).
 
-Fast path: after a checked call with torch tensors (no `stream=`, no `out=`), a call with torch
-tensors of the same shapes, strides, dtypes and device skips the checks (only the new pointers'
-alignment is checked) and reuses the kernelParams arrays; it launches on torch's current stream.
+Fast path: after a checked call with torch tensors (no `stream=`), a call with torch tensors
+of the same shapes, strides, dtypes and device skips the checks (only the new pointers'
+alignment is checked, and that `out=` tensors, if given, are dense outputs of the right
+shapes and dtypes overlapping nothing) and reuses the kernelParams arrays; it launches on
+torch's current stream.
 """
 from __future__ import annotations
 
@@ -219,6 +221,18 @@ def check_no_alias(inputs: list, outputs: list) -> None:
         spans.append((f"output {j}", (lo, hi)))
 
 
+def _overlap(inputs, outputs) -> bool:
+    """Whether an output tensor (torch, dense) shares bytes with an input or another output."""
+    spans = [(x.data_ptr(), x.data_ptr() + x.numel() * x.element_size()) for x in inputs]
+    for o in outputs:
+        lo = o.data_ptr()
+        hi = lo + o.numel() * o.element_size()
+        if lo != hi and any(a < hi and lo < b for a, b in spans):
+            return True
+        spans.append((lo, hi))
+    return False
+
+
 def _strides_match(shape, got, want) -> bool:
     return all(g == w for d, g, w in zip(shape, got, want) if d != 1)
 
@@ -396,8 +410,8 @@ class Kernel:
 
     # -- the call --
     def __call__(self, *tensors, stream=None, out=None) -> list:
-        if out is None and stream is None and self._fast_key is not None:
-            r = self._fast_call(tensors)
+        if stream is None and self._fast_key is not None:
+            r = self._fast_call(tensors, out)
             if r is not None:
                 return r
         m = self.manifest
@@ -416,7 +430,7 @@ class Kernel:
             results = self._call(views, tensors, out, device, use_torch, handle)
         finally:
             d.cuCtxPopCurrent()
-        if out is None and stream is None and tensors and all(_is_torch(x) for x in tensors):
+        if stream is None and tensors and all(_is_torch(x) for x in tensors):
             self._remember(tensors, device)
         return results
 
@@ -446,29 +460,39 @@ class Kernel:
                     v.value = bufs[i][0]
             # params holds the addresses of vals: keep vals alive with it
             launches.append((f, k, [(v, kind, i) for v, kind, i in slots if kind != "buffer"], (params, vals)))
-        self._fast = (device, t.device(f"cuda:{device}"), raw, outs, launches, self._context(device))
+        tdev = t.device(f"cuda:{device}")
+        self._fast = (device, tdev, raw, outs, launches, self._context(device))
         self._fast_key = self._key(tensors)
+        # what `out=` tensors must be for the fast path: dense, row-major, of the outputs' dtypes
+        self._fast_out_key = tuple((t.Size(shape), _contig(shape), dt, tdev) for shape, dt in outs)
 
-    def _fast_call(self, tensors):
+    def _fast_call(self, tensors, out=None):
         """The launch for tensors matching the remembered signature, or None (then the
-        checked path runs). Outputs come from torch's allocator, which is capture-aware, and
-        the modules and buffers exist, so nothing here depends on stream capture."""
+        checked path runs). Outputs come from torch's allocator, which is capture-aware, or
+        are `out`'s torch tensors of the outputs' exact layout that overlap no input and no
+        other output; the modules and buffers exist, so nothing here depends on stream
+        capture."""
         t = _torch()
         if t is None:
             return None
         try:
-            if self._key(tensors) != self._fast_key:
+            if self._key(tensors) != self._fast_key or (out is not None and self._key(out) != self._fast_out_key):
                 return None
-        except AttributeError:  # not torch tensors
+        except (AttributeError, TypeError):  # not torch tensors (or `out` not a sequence)
             return None
         align = self.alignment
         ptrs = [x.data_ptr() for x in tensors]
-        if align and any(p % align for p in ptrs):
+        results = list(out) if out is not None else None
+        optrs = [r.data_ptr() for r in results] if results is not None else []
+        if align and any(p % align for p in ptrs + optrs):
             return None
+        if results is not None and _overlap(tensors, results):
+            return None  # the checked path says which
         device, tdev, raw, outs, launches, ctx = self._fast
         handle = raw(device) if raw is not None else t.cuda.current_stream(device).cuda_stream
-        results = [t.empty(shape, dtype=dt, device=tdev) for shape, dt in outs]
-        optrs = [r.data_ptr() for r in results]
+        if results is None:
+            results = [t.empty(shape, dtype=dt, device=tdev) for shape, dt in outs]
+            optrs = [r.data_ptr() for r in results]
         d = self.driver
         s = self._cu_stream(handle)
         self._check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
