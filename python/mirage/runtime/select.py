@@ -203,10 +203,10 @@ class Selecting:
         return self.kernels[0].driver
 
     def __call__(self, *tensors, stream=None, out=None) -> list:
-        if len(self.chosen) == 1 and stream is None and out is None:
+        if len(self.chosen) == 1 and stream is None:
             # the common case: chosen already (the kernel's own fast path follows). A call on a
-            # second device runs this choice too until a call with stream= or out= chooses there.
-            return self.kernels[next(iter(self.chosen.values()))](*tensors)
+            # second device runs this choice too until a call with stream= chooses there.
+            return self.kernels[next(iter(self.chosen.values()))](*tensors, out=out)
         ref = self.kernels[self.reference]
         device = self._device_of(ref, tensors)
         j = self.chosen.get(device)
