@@ -110,3 +110,18 @@ def test_spills_of_a_real_kernel():
     if ptxas.find() is None:
         pytest.skip("no ptxas on this machine")
     assert spills(small()) == 0
+
+
+def test_the_spill_check_keeps_to_the_time_limit(monkeypatch):
+    import time
+
+    import mirage.lower.ptxas as P
+    import mirage.search.measure as M
+
+    res = superoptimize(small(), "auto", time_limit=60, measure=False)
+    keys = [c.key for c in res.candidates]
+    monkeypatch.setattr(P, "find", lambda: "/usr/bin/ptxas")
+    monkeypatch.setattr(M, "spills", lambda graph, target="sm_90": pytest.fail("checked past the deadline"))
+    M.demote_spilling(res, deadline=time.monotonic() + M.SPILL_CHECK_S / 2)
+    assert [c.key for c in res.candidates] == keys
+    assert any("not checked for register spills" in n for n in res.notes)

@@ -417,7 +417,7 @@ def superoptimize(ref: KNGraph, config="auto", verbose: bool = False, device: Ta
     if hit is not None:  # earlier results, checked against `ref` by the loader
         cands = [Candidate(g, cost(g, device), B.graph_key(g)) for g in hit]
         res = SearchResult(ref, cands, Stats(), time.monotonic() - t0, cfg, ref_cost, from_cache=True)
-        return _measured(res, measure, verbose)
+        return _measured(res, measure, verbose, t0 + cfg.time_limit)
     try:
         res = _strategy(ref, cfg, verbose, device, preset, config, t0)
     except KeyboardInterrupt:  # between the phases that handle it themselves: the reference
@@ -432,7 +432,7 @@ def superoptimize(ref: KNGraph, config="auto", verbose: bool = False, device: Ta
         cache_store(cache_dir, ref, cfg, [c.graph for c in res.candidates[:cfg.top_k]], res.stats.stopped)
     if checkpoint is not None and new_checkpoint and not res.stats.stopped:
         store_checkpoint(checkpoint, ref, [c.graph for c in res.candidates[:cfg.top_k]])
-    res = _measured(res, measure, verbose)
+    res = _measured(res, measure, verbose, t0 + cfg.time_limit)
     if verbose:
         print(res.report(), file=sys.stderr)
     return res
@@ -519,7 +519,7 @@ def _merged(res: SearchResult, base: SearchResult) -> SearchResult:
     return res
 
 
-def _measured(res: SearchResult, measure, verbose: bool = False) -> SearchResult:
+def _measured(res: SearchResult, measure, verbose: bool = False, deadline: float | None = None) -> SearchResult:
     if measure is False:
         return res
     if measure is True:  # required: errors surface
@@ -527,7 +527,7 @@ def _measured(res: SearchResult, measure, verbose: bool = False) -> SearchResult
             raise RuntimeError("superoptimize(measure=True): no CUDA GPU is available to time the candidates "
                                "(measure=None times them only where a GPU is present)")
         measure = M.measure_on_gpu
-    return M.select_by_time(res, measure, Progress(verbose))
+    return M.select_by_time(res, measure, Progress(verbose), deadline)
 
 
 def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> SearchResult:

@@ -174,18 +174,29 @@ def spills(graph, target: str = "sm_90") -> int | None:
     return None if use is None else sum(u["spill_stores"] for u in use.values())
 
 
-def demote_spilling(res: SearchResult, target: str = "sm_90") -> SearchResult:
+# seconds one candidate's spill check may take (lowering, the NVVM pipeline, ptxas: 0.5-2 s
+# on the 2-core VM); the check starts only with that much of the time limit left
+SPILL_CHECK_S = 2.0
+
+
+def demote_spilling(res: SearchResult, target: str = "sm_90", deadline: float | None = None) -> SearchResult:
     """Without a GPU to time them: the best candidates whose kernels spill registers (ptxas,
     where installed) move after the first that does not, which leads. The cost model
     does not count registers, and a kernel that spills runs several times slower than
     it says (`lower.ptxas`). Candidates are checked best first until one does not spill;
-    the reference is not (its kernels are the pre-defined ones)."""
+    the reference is not (its kernels are the pre-defined ones). Each check starts only
+    with SPILL_CHECK_S before `deadline` (time.monotonic()) left; else the cost ranking stands."""
+    import time
+
     from ..lower import ptxas
 
     if ptxas.find() is None or len(res.candidates) < 2:
         return res
     spilled = []
     for c in res.candidates:
+        if deadline is not None and c.key != "reference" and time.monotonic() + SPILL_CHECK_S > deadline:
+            res.notes.append("not checked for register spills (ptxas): the time limit")
+            return res
         n = 0 if c.key == "reference" else spills(c.graph, target)
         if n is None:
             return res  # not known: keep the cost ranking
@@ -202,16 +213,17 @@ def demote_spilling(res: SearchResult, target: str = "sm_90") -> SearchResult:
     return res
 
 
-def select_by_time(res: SearchResult, measure=None, progress=None) -> SearchResult:
+def select_by_time(res: SearchResult, measure=None, progress=None, deadline: float | None = None) -> SearchResult:
     """Reorder `res` by measured time: `measure(res) -> {index: µs}` (default: on this
-    machine's GPU). Without a GPU, `res` is returned unchanged with a note. `progress`
+    machine's GPU). Without a GPU, `res` is returned with a note, candidates that spill
+    registers demoted (`demote_spilling`, within `deadline`). `progress`
     (`search.progress.Progress`) shows the timing as a phase."""
     from .progress import Progress
 
     progress = progress or Progress(False)
     if measure is None and not gpu_available():
         res.notes.append("no GPU here: candidates ranked by the cost model")
-        return demote_spilling(res)
+        return demote_spilling(res, deadline=deadline)
     with progress.phase("GPU timing", len(res.candidates), "candidates",
                         f"{len(res.candidates)} candidates (the reference among them)"):
         if measure is None:
