@@ -286,11 +286,10 @@ def test_missing_driver_message(tmp_path, monkeypatch):
         k(CAI(0x100000, (4, 8)), CAI(0x200000, (8,), "<f4"))
 
 
-def test_fast_path_takes_out_tensors_of_the_outputs_layout(tmp_path):
-    """`out=` tensors of the outputs' shapes, dtypes and dense layout, overlapping nothing,
-    stay on the fast path (written in place, returned); any other `out=` takes the checked
-    path (which rejects these CPU stand-ins, so it raises)."""
-    torch = pytest.importorskip("torch")
+def _fast_kernel_on_cpu(tmp_path, torch):
+    """(kernel, driver, x, g): a bundle whose fast path was remembered for x (4x8 f16) and g
+    (8 f32), as a checked call with CUDA tensors leaves it, with CPU stand-ins for the
+    device and its stream."""
     write_bundle(tmp_path, manifest(smem=64 * 1024), PTX)
     drv = FakeDriver({"k1": 3, "k2": 2})
     k = load(tmp_path, driver=drv)
@@ -299,8 +298,17 @@ def test_fast_path_takes_out_tensors_of_the_outputs_layout(tmp_path):
     k._remember([x, g], 0)
     dev, _, _, outs, launches, ctx = k._fast
     cpu = torch.device("cpu")
-    k._fast = (dev, cpu, lambda d: 0, outs, launches, ctx)  # CPU stand-ins
+    k._fast = (dev, cpu, lambda d: 0, outs, launches, ctx)
     k._fast_out_key = tuple((torch.Size(s), st, dt, cpu) for (s, st, dt, _) in k._fast_out_key)
+    return k, drv, x, g
+
+
+def test_fast_path_takes_out_tensors_of_the_outputs_layout(tmp_path):
+    """`out=` tensors of the outputs' shapes, dtypes and dense layout, overlapping nothing,
+    stay on the fast path (written in place, returned); any other `out=` takes the checked
+    path (which rejects these CPU stand-ins, so it raises)."""
+    torch = pytest.importorskip("torch")
+    k, drv, x, g = _fast_kernel_on_cpu(tmp_path, torch)
     drv.launches.clear()
     y = torch.empty(4, 8, dtype=torch.float16)
     res = k(x, g, out=[y])
@@ -318,14 +326,7 @@ def test_fast_path_reuses_the_checked_call_and_falls_back_on_a_new_signature(tmp
     """Repeated calls with torch tensors of the remembered signature skip the checks and
     reuse the kernelParams arrays; pointers still come from this call's tensors."""
     torch = pytest.importorskip("torch")
-    write_bundle(tmp_path, manifest(smem=64 * 1024), PTX)
-    drv = FakeDriver({"k1": 3, "k2": 2})
-    k = load(tmp_path, driver=drv)
-    k(CAI(0x100000, (4, 8)), CAI(0x200000, (8,), "<f4"), stream=7)  # loads modules, buffers
-    x, g = torch.empty(4, 8, dtype=torch.float16), torch.empty(8, dtype=torch.float32)
-    k._remember([x, g], 0)  # what a checked call with CUDA tensors leaves behind
-    dev, _, _, outs, launches, ctx = k._fast
-    k._fast = (dev, torch.device("cpu"), lambda d: 0, outs, launches, ctx)  # CPU stand-ins
+    k, drv, x, g = _fast_kernel_on_cpu(tmp_path, torch)
     import gc
     gc.collect()
     drv.launches.clear()
