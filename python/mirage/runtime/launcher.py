@@ -208,29 +208,31 @@ def check_no_alias(inputs: list, outputs: list) -> None:
     inputs after some outputs are written, and write each output once, so aliasing gives
     wrong results silently. (Tensors are dense, as check_tensor requires, so byte ranges
     overlap exactly when elements do.)"""
-    spans = [(f"input {i}", _span(v)) for i, v in enumerate(inputs)]
-    for j, v in enumerate(outputs):
-        lo, hi = _span(v)
+    hit = first_overlap([_span(v) for v in inputs], [_span(v) for v in outputs])
+    if hit is not None:
+        j, (lo, hi), name, (a, b) = hit
+        raise LaunchError(f"output {j} (bytes {lo:#x}..{hi:#x}) overlaps {name} (bytes {a:#x}..{b:#x}): "
+                          f"outputs must not alias inputs or other outputs; pass a separate tensor "
+                          f"in out=[...]")
+
+
+def first_overlap(inputs: list, outputs: list):
+    """The first output byte range [lo, hi) that overlaps an input's or an earlier output's,
+    as (output index, its range, "input i" / "output j", that range); None if none does."""
+    spans = [(f"input {i}", s) for i, s in enumerate(inputs)]
+    for j, (lo, hi) in enumerate(outputs):
         if lo == hi:
             continue
         for name, (a, b) in spans:
             if a < hi and lo < b:
-                raise LaunchError(f"output {j} (bytes {lo:#x}..{hi:#x}) overlaps {name} (bytes {a:#x}..{b:#x}): "
-                                  f"outputs must not alias inputs or other outputs; pass a separate tensor "
-                                  f"in out=[...]")
+                return j, (lo, hi), name, (a, b)
         spans.append((f"output {j}", (lo, hi)))
+    return None
 
 
-def _overlap(inputs, outputs) -> bool:
-    """Whether an output tensor (torch, dense) shares bytes with an input or another output."""
-    spans = [(x.data_ptr(), x.data_ptr() + x.numel() * x.element_size()) for x in inputs]
-    for o in outputs:
-        lo = o.data_ptr()
-        hi = lo + o.numel() * o.element_size()
-        if lo != hi and any(a < hi and lo < b for a, b in spans):
-            return True
-        spans.append((lo, hi))
-    return False
+def _torch_span(x) -> tuple[int, int]:
+    """[first, last) bytes of a dense torch tensor."""
+    return x.data_ptr(), x.data_ptr() + x.numel() * x.element_size()
 
 
 def _strides_match(shape, got, want) -> bool:
@@ -486,7 +488,8 @@ class Kernel:
         optrs = [r.data_ptr() for r in results] if results is not None else []
         if align and any(p % align for p in ptrs + optrs):
             return None
-        if results is not None and _overlap(tensors, results):
+        if results is not None and first_overlap([_torch_span(x) for x in tensors],
+                                                 [_torch_span(r) for r in results]) is not None:
             return None  # the checked path says which
         device, tdev, raw, outs, launches, ctx = self._fast
         handle = raw(device) if raw is not None else t.cuda.current_stream(device).cuda_stream
