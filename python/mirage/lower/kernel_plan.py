@@ -251,14 +251,18 @@ def choose_split(tb: TBGraph, opts: "Options") -> int:
     such divisor (17 steps of 241 keys) runs one iteration a block, up to 16 blocks an SM."""
     if opts.split:
         return opts.split if split_ok(tb) and tb.forloop_range % opts.split == 0 else 1
-    blocks, R = prod(tb.grid_dim), tb.forloop_range
-    if not split_ok(tb) or blocks >= 0.75 * opts.sms:
+    return default_split(prod(tb.grid_dim), tb.forloop_range, opts.sms) if split_ok(tb) else 1
+
+
+def default_split(blocks: int, R: int, sms: int) -> int:
+    """`choose_split`'s rule for a loop that may split: a grid of `blocks`, a loop of `R`."""
+    if blocks >= 0.75 * sms:
         return 1
     best = 1
     for s in range(2, R + 1):
-        if R % s == 0 and blocks * s <= 4 * opts.sms and R // s >= 2:
+        if R % s == 0 and blocks * s <= 4 * sms and R // s >= 2:
             best = s
-    if best == 1 and R >= 8 and blocks * R <= 16 * opts.sms:
+    if best == 1 and R >= 8 and blocks * R <= 16 * sms:
         best = R
     return best
 

@@ -141,13 +141,12 @@ def blocks(c: Chain, t: Tiling) -> int:
 
 def launched_blocks(c: Chain, t: Tiling, sms: int) -> int:
     """Blocks the lowering launches: `blocks`, times the split of the for-loop over blocks
-    that it chooses for a grid under 3/4 of the SMs (`lower.kernel_plan.choose_split`: the
-    largest divisor s of the loop with blocks * s <= 4 SMs and two iterations a block left).
-    The chain's accumulators are plain sums, so its loop splits."""
-    nb, R = blocks(c, t), (c.N if t.form == "n" else c.K) // t.tl
-    if nb >= 0.75 * sms:
-        return nb
-    return nb * max([s for s in range(1, R + 1) if R % s == 0 and nb * s <= 4 * sms and R // s >= 2] or [1])
+    that it chooses for a grid under 3/4 of the SMs (`lower.kernel_plan.default_split`, the
+    rule of `choose_split`). The chain's accumulators are plain sums, so its loop splits."""
+    from ..lower.kernel_plan import default_split
+
+    nb = blocks(c, t)
+    return nb * default_split(nb, (c.N if t.form == "n" else c.K) // t.tl, sms)
 
 
 def warp_resident(c: Chain, t: Tiling, warps: int) -> bool:
