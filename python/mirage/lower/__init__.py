@@ -24,11 +24,14 @@ def convert_to_gpu(g, options: Options | None = None) -> Lowered:
     return convert(g, options)
 
 
-def to_ptx(g, target: str = "sm_90", options: Options | None = None) -> tuple[Lowered, str]:
-    from .ptx_cache import compile_ptx  # the NVVM pipeline, cached on disk across processes
+def to_ptx(g, target: str = "sm_90", options: Options | None = None, disk_cache: bool = True) -> tuple[Lowered, str]:
+    """The lowered graph and its PTX; the NVVM pipeline's result is cached on disk across
+    processes unless `disk_cache` is False (then nothing is written)."""
+    from .pipeline import run_pipeline
+    from .ptx_cache import compile_ptx
 
     low = convert(g, options)
-    return low, compile_ptx(low.module, target)
+    return low, (compile_ptx if disk_cache else run_pipeline)(low.module, target)
 
 
 class CompiledGraph:

@@ -162,12 +162,11 @@ def spills(graph, target: str = "sm_90") -> int | None:
     assembles them for `target`; None where it does not lower or no ptxas is installed."""
     from .. import lower
     from ..lower import ptxas
-    from ..lower.pipeline import run_pipeline
 
     if ptxas.find() is None:
         return None
     try:  # not through the on-disk PTX cache: a search with cache_dir=None writes nothing
-        ptx = run_pipeline(lower.convert_to_gpu(graph).module, target)
+        _, ptx = lower.to_ptx(graph, target, disk_cache=False)
     except Exception:  # does not lower (LoweringError, a pipeline's MLIRError): not known
         return None
     use = ptxas.usage(ptx, target)
