@@ -14,8 +14,8 @@ from mirage.lower.convert import plan_graph
 from mirage.lower.kernel_plan import _unary_chain, choose_split
 from mirage.search.build import build
 from mirage.search.config import SearchConfig
-from mirage.search.mbci import RESIDENT, SEEDS, Tiling, find_chain, launched_blocks, plan_of, space, \
-    warp_resident, with_resident
+from mirage.search.mbci import RESIDENT, RESIDENT_TILE, SEEDS, Tiling, blocks, find_chain, launched_blocks, \
+    plan_of, resident_key, space, warp_resident, with_resident
 
 
 def chain(b, M, N, K, H, attn=False):
@@ -103,7 +103,21 @@ def test_seeds_add_warp_resident_tilings():
     seeds = with_resident(c, cands, explored, cfg)
     assert seeds[:SEEDS] == explored and len(seeds) == SEEDS + RESIDENT
     extra = seeds[SEEDS:]
-    assert all(warp_resident(c, t, 4) and t.tl <= 64 and t.th <= 64 for t in extra)
-    assert extra[0] == Tiling("n", 64, 64, 64)  # the largest loop and E tiles first
+    assert all(warp_resident(c, t, 4) and t.tl <= RESIDENT_TILE and t.th <= RESIDENT_TILE for t in extra)
+    # one block an SM (8 x 16 = 128 blocks), the largest loop tile: the fastest on the H100
+    assert extra[0] == Tiling("n", 64, 128, 128)
+    assert all(resident_key(c, extra[0], cfg.sms) < resident_key(c, t, cfg.sms) for t in extra[1:])
     # already among the explored: not added twice
     assert with_resident(c, cands, extra + explored[:2], cfg)[:4] == extra + explored[:2]
+
+
+@pytest.mark.parametrize("shape,first", [((1, 1024, 1024, 128, 128), (64, 128, 16)),   # G10: 16 x 8 blocks
+                                         ((4, 1024, 1024, 128, 128), (64, 128, 64)),   # G11: 64 x 2
+                                         ((1, 2048, 512, 128, 128), (64, 128, 32))])   # G9: 32 x 4
+def test_resident_seed_fills_one_wave(shape, first):
+    """E's tile is the smallest that fills the SMs once without a loop split (hand-counted:
+    128 blocks on 132 SMs)."""
+    c = find_chain(chain(*shape))
+    cfg = SearchConfig()
+    (t, _) = with_resident(c, space(c, cfg, {}, split_aware=True), [], cfg)
+    assert (t.tm, t.tl, t.th) == first and blocks(c, t) == 128 and launched_blocks(c, t, cfg.sms) == 128

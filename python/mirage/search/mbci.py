@@ -50,7 +50,9 @@ EPSILON = 0.01    # convergence: relative change of the measured best
 GENERATIONS = 12  # a bound on the loop (the paper's has none)
 SEEDS = 4         # plans handed to the search
 RESIDENT = 2      # and up to this many more that keep C in the warps' registers (`with_resident`)
-RESIDENT_TILE = 64  # their loop and E tiles at most this (larger ones spill or split the loop)
+RESIDENT_TILE = 128  # their loop and E tiles at most this: C's and E's fragments, tl/2 + th/2 f32 registers a thread
+# attention (exp and row sums on the fragments besides C and E): 64, the tiles timed there
+ATTENTION_RESIDENT_TILE = 64
 
 
 @dataclass(frozen=True)
@@ -288,17 +290,31 @@ def with_resident(c: Chain, cands: list[Tiling], tilings: list[Tiling], cfg: Sea
     """The seeds: the SEEDS explored best (`tilings`, best first), then up to RESIDENT
     warp-resident tilings (`warp_resident`) of `cands` (the split-aware space: a grid of
     few blocks is split over the loop by the lowering) of loop tile and E tile at most
-    RESIDENT_TILE (the largest tiles first, then by the model) that are not among them.
+    RESIDENT_TILE that are not among them, in the order of `resident_key`.
     H100, Nsight Compute on the picks of Tables II/III (benchmarks/results/mbci.md,
     2026-11-25): every fused kernel ran one block of 4 warps an SM (its shared memory),
-    latency-bound (tensor pipe 4-23% busy, stalls on fixed-latency dependencies and
-    shared memory). Of the tilings timed there, 64 x 64 x 64 was the fastest on G11, G12
-    and S2 and within 5% on S3 (not on G10: 15.0-16.1 against 13.8 us), and with C in the
-    fragments S2 ran 19.1 us against 35.3 for the fastest of the four seeds before, which
-    the search's cost model had ranked above it."""
+    latency-bound; with C in the fragments S2 ran 19.1 us against 35.3 for the fastest of
+    the four seeds before, which the search's cost model had ranked above it."""
     warps = max(1, (cfg.block_dim[0] * cfg.block_dim[1] * cfg.block_dim[2]) // 32)
-    res = [t for t in cands if warp_resident(c, t, warps) and t.tl <= RESIDENT_TILE and t.th <= RESIDENT_TILE]
-    res.sort(key=lambda t: (-t.tl, -t.th, model_time(c, t, dev)))  # the largest tiles first: least recompute
+    most = ATTENTION_RESIDENT_TILE if c.normalized else RESIDENT_TILE
+    res = [t for t in cands if warp_resident(c, t, warps) and t.tl <= most and t.th <= most]
+    res.sort(key=lambda t: resident_key(c, t, cfg.sms, dev))
     top = tilings[:SEEDS]
     return top + [t for t in res if t not in top][:RESIDENT]
 
+
+def resident_key(c: Chain, t: Tiling, sms: int, dev: Target = DEFAULT) -> tuple:
+    """The order of the warp-resident seeds of a GEMM chain: a grid of at most one block an SM first (no
+    second wave, no loop split and its combine), the largest loop tile (fewest iterations:
+    barriers and ring waits), the grid nearest the SMs (E's tile as small as that takes:
+    each block recomputes its rows of C for its E tile), then the model.
+    H100, the 4-warp warp-resident tilings of G3-G12 timed side by side (benchmarks/
+    results/mbci.md, 2026-11-25 05:00): the fastest of each row had a loop tile of 128 and
+    exactly 128 blocks (G3 64x128x16, G8-G10 64x128x{16,16,32}, G11 64x128x64, G12
+    64x128x128: 7.6, 10.4, 11.8, 15.0, 20.1, 23.4 us); 64x64x64, the first seed before,
+    ran 7.8-26.4."""
+    if c.normalized:  # attention: the largest tiles first (64 x 64 x 64 was the fastest on S2, S3)
+        return (-t.tl, -t.th, model_time(c, t, dev))
+    nb = blocks(c, t)
+    one_wave = nb <= sms
+    return (not one_wave, -t.tl, -nb if one_wave else nb, -t.th, model_time(c, t, dev))
