@@ -212,6 +212,30 @@ def test_bundle_round_trip(tmp_path):
 def test_sm80_target():
     _, ptx = to_ptx(BENCHMARKS["gated_mlp"].fused(1), "sm_80")
     assert ".target sm_80" in ptx and MMA in ptx
+    assert "griddepcontrol" not in ptx  # sm_90's: Options.pdl is off for sm_80
+
+
+def test_programmatic_dependent_launch(tmp_path):
+    """Each kernel waits on griddepcontrol before its first global access and lets the next
+    launch after its last store, and its manifest entry says so (the runtime launches it
+    with programmatic stream serialization); not a kernel whose block takes more than half
+    an SM's shared memory (measured slower), nor with Options(pdl=False)."""
+    from mirage.runtime import load_bundle
+
+    cg = compile(BENCHMARKS["gqa"].fused(1), "sm_90", out_dir=str(tmp_path / "gqa"))
+    m = load_bundle(cg.path).manifest
+    assert len(m.kernels) == 2 and all(k.pdl for k in m.kernels)
+    for k in m.kernels:
+        body = entry_body(cg.ptx, k.name)
+        wait, trigger = body.index("griddepcontrol.wait"), body.index("griddepcontrol.launch_dependents")
+        assert all(wait < i < trigger for i in (m_.start() for m_ in re.finditer(r"(ld|st|cp\.async)[.\w]*\.global", body)))
+        assert body.count("griddepcontrol.wait") == 1 and body[trigger:].split("\n")[1].strip() == "ret;"
+    _, ptx = to_ptx(BENCHMARKS["gqa"].fused(1), "sm_90", Options(pdl=False), disk_cache=False)
+    assert "griddepcontrol" not in ptx
+    low = convert_to_gpu(BENCHMARKS["gated_mlp"].fused(8))
+    (k,) = low.kernels
+    assert k["smem_bytes"] * 2 > Options().smem_per_sm and not k["pdl"]
+    assert "griddepcontrol" not in low.module
 
 
 def _column_major_relu(rows: int, cols: int, ld: int):

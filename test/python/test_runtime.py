@@ -72,6 +72,7 @@ def _bad(tmp_path, mutate):
     (lambda d: d["kernels"][0].update(ptx="../x.ptx"), "'kernels[0].ptx'"),
     (lambda d: d["kernels"][0].update(name="nope"), "'kernels[0].name'"),
     (lambda d: d["kernels"][0].update(block=[1024, 2, 1]), "'kernels[0].block'"),
+    (lambda d: d["kernels"][0].update(pdl="yes"), "'kernels[0].pdl'"),
 ])
 def test_manifest_validation_names_field(tmp_path, mutate, field):
     assert field in _bad(tmp_path, mutate)
@@ -340,3 +341,69 @@ def test_fast_path_reuses_the_checked_call_and_falls_back_on_a_new_signature(tmp
     # another signature takes the checked path (which rejects CPU tensors)
     with pytest.raises(LaunchError):
         k(torch.empty(4, 8, dtype=torch.float32), g)
+
+
+# ------------------------------------------------------------- programmatic dependent launch
+
+class PDLDriver(FakeDriver):
+    """A fake driver that also has cuLaunchKernelEx (launch config objects as in
+    cuda.bindings.driver); records the config's dims, stream and attributes."""
+    CUlaunchAttributeID = _Enum(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION=6)
+
+    class CUlaunchConfig:
+        attrs, numAttrs = (), 0
+
+    class CUlaunchAttribute:
+        def __init__(self):
+            self.id, self.value = None, _Enum(programmaticStreamSerializationAllowed=0)
+
+    def cuLaunchKernelEx(self, cfg, f, params, extra):
+        r = self.cuLaunchKernel(f, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY,
+                                cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream, params, extra)
+        self.launches[-1]["pdl"] = [(a.id, a.value.programmaticStreamSerializationAllowed)
+                                    for a in cfg.attrs[:cfg.numAttrs]]
+        return r
+
+
+def _pdl_kernel(tmp_path, driver):
+    m = manifest()
+    m.kernels[1].pdl = True  # k2 waits on griddepcontrol: a programmatic dependent of k1
+    write_bundle(tmp_path, m, PTX)
+    return load(tmp_path, driver=driver)
+
+
+def test_pdl_kernel_is_launched_as_a_programmatic_dependent(tmp_path):
+    """A `pdl` kernel goes through cuLaunchKernelEx with programmatic stream serialization
+    (same dims, shared memory, stream and arguments as cuLaunchKernel would get); the others,
+    and every kernel with a driver that has no cuLaunchKernelEx, through cuLaunchKernel."""
+    drv = PDLDriver({"k1": 3, "k2": 2})
+    k = _pdl_kernel(tmp_path, drv)
+    assert load_bundle(tmp_path).manifest.kernels[1].pdl and not load_bundle(tmp_path).manifest.kernels[0].pdl
+    for _ in range(2):  # the second call reuses the launch config
+        outs = k(CAI(0x100000, (4, 8)), CAI(0x200000, (8,), "<f4"), stream=7)
+        l1, l2 = drv.launches[-2:]
+        assert "pdl" not in l1
+        assert l2["pdl"] == [(6, 1)]
+        assert l2["f"] == "k2" and l2["grid"] == (4, 2, 1) and l2["block"] == (64, 2, 1) and l2["smem"] == 0
+        assert l2["stream"] == 7 and l2["ptrs"] == [k._buffers[0][0][0], outs[0].ptr]
+    plain = FakeDriver({"k1": 3, "k2": 2})
+    k = _pdl_kernel(tmp_path / "plain", plain)
+    outs = k(CAI(0x100000, (4, 8)), CAI(0x200000, (8,), "<f4"), stream=7)
+    assert [l["f"] for l in plain.launches] == ["k1", "k2"] and plain.launches[1]["ptrs"][-1] == outs[0].ptr
+
+
+def test_pdl_kernel_on_the_fast_path(tmp_path):
+    """The fast path launches a `pdl` kernel as the checked path does, with this call's pointers."""
+    torch = pytest.importorskip("torch")
+    drv = PDLDriver({"k1": 3, "k2": 2})
+    k = _pdl_kernel(tmp_path, drv)
+    k(CAI(0x100000, (4, 8)), CAI(0x200000, (8,), "<f4"), stream=7)
+    x, g = torch.empty(4, 8, dtype=torch.float16), torch.empty(8, dtype=torch.float32)
+    k._remember([x, g], 0)
+    dev, _, _, outs, launches, ctx = k._fast
+    k._fast = (dev, torch.device("cpu"), lambda d: 0, outs, launches, ctx)
+    drv.launches.clear()
+    (y,) = k(x, g)
+    l1, l2 = drv.launches
+    assert "pdl" not in l1 and l1["ptrs"] == [g.data_ptr(), x.data_ptr(), k._buffers[0][0][0]]
+    assert l2["pdl"] == [(6, 1)] and l2["ptrs"][-1] == y.data_ptr()

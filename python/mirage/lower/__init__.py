@@ -12,6 +12,7 @@ MLIR is imported only inside these functions: `import mirage.lower` stays light.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from .kernel_plan import LoweringError, Options
 from .convert import Lowered, convert
@@ -30,6 +31,8 @@ def to_ptx(g, target: str = "sm_90", options: Options | None = None, disk_cache:
     from .pipeline import run_pipeline
     from .ptx_cache import compile_ptx
 
+    if target != "sm_90":  # griddepcontrol (Options.pdl) is sm_90's
+        options = replace(options or Options(), pdl=False)
     low = convert(g, options)
     return low, (compile_ptx if disk_cache else run_pipeline)(low.module, target)
 
@@ -98,7 +101,8 @@ def compile(g, target: str = "sm_90", out_dir: str | None = None,
         "format": "mirage-bundle", "version": 1, "graph_hash": low.graph_hash, "target": target,
         "inputs": low.inputs, "outputs": low.outputs, "buffers": low.buffers,
         "kernels": [{"name": k["name"], "ptx": fname, "grid": k["grid"], "block": k["block"],
-                     "smem_bytes": k["smem_bytes"], "args": k["args"]} for k in low.kernels],
+                     "smem_bytes": k["smem_bytes"], "args": k["args"], "pdl": k["pdl"]}
+                    for k in low.kernels],
     }
     write_bundle(out_dir, manifest, {fname: ptx})
     cg = CompiledGraph(out_dir, low, ptx, target)

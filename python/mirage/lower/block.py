@@ -561,6 +561,9 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         head = (f"gpu.func @{self.name}({args_sig}) kernel attributes "
                 f"{{known_block_size = array<i32: {bx}, {by}, {bz}>, "
                 f"known_grid_size = array<i32: {g[0]}, {g[1]}, {g[2]}>}} {{")
-        text = "\n".join(["    " + head] + e.text() + ["      gpu.return", "    }"])
+        body = e.text()
+        if self.p.pdl:  # wait before the first access to memory; let the next grid launch at the end
+            body = ["      nvvm.griddepcontrol wait"] + body + ["      nvvm.griddepcontrol launch_dependents"]
+        text = "\n".join(["    " + head] + body + ["      gpu.return", "    }"])
         self.notes["split"] = self.split
         return KernelInfo(self.name, tuple(g), tuple(self.p.block), self.p.smem, text, dict(self.notes))

@@ -84,7 +84,7 @@ def convert(g: KNGraph, options: Options | None = None, name: str | None = None)
         info = BlockLowering(k.plan, k.outs, k.ws).lower()
         info.notes.update(k.notes)
         kernels.append({"name": info.name, "grid": list(info.grid), "block": list(info.block),
-                        "smem_bytes": info.smem_bytes, "args": k.args, "notes": info.notes})
+                        "smem_bytes": info.smem_bytes, "args": k.args, "pdl": k.plan.pdl, "notes": info.notes})
         infos.append(info)
         texts.append(info.text)
     module = ("module attributes {gpu.container_module} {\n  gpu.module @" + base + "_kernels {\n"

@@ -105,6 +105,9 @@ class KernelSpec:
     block: list[int]
     smem_bytes: int = 0
     args: list[KernelArg] = field(default_factory=list)
+    # launched as a programmatic dependent of the kernel before it (the kernel waits on
+    # griddepcontrol; `lower.Options.pdl`); absent in bundles from before it: False
+    pdl: bool = False
 
 
 @dataclass
@@ -256,7 +259,10 @@ def _parse_manifest(data: Any, where: str) -> Manifest:
                 _err(where, f"{afld}.index", f"{kind} index {idx} out of range "
                      f"(the bundle has {counts[kind]} {kind}s)")
             args.append(KernelArg(kind, idx))
-        kernels.append(KernelSpec(name, ptx, grid, block, smem, args))
+        pdl = k.get("pdl", False)
+        if not isinstance(pdl, bool):
+            _err(where, f"{fld}.pdl", f"expected true or false, got {pdl!r}")
+        kernels.append(KernelSpec(name, ptx, grid, block, smem, args, pdl))
     return Manifest(graph_hash=graph_hash, target=target, inputs=inputs, outputs=outputs,
                     kernels=kernels, buffers=buffers)
 

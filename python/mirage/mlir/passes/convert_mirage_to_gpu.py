@@ -35,6 +35,8 @@ OPTIONS = (
     Option("threads", int, 0, "threads of every block (0 = the μGraph's block_dim)"),
     Option("row-registers", parse_bool, True, "row-wise block graphs without a for-loop keep their rows "
            "in registers (no shared-memory tiles)"),
+    Option("pdl", parse_bool, True, "kernels wait on griddepcontrol and are launched as programmatic "
+           "dependents of the kernel before them (sm_90)"),
 )
 
 
@@ -44,7 +46,7 @@ def options(values: dict) -> Options:
                    split=values["split"], fold_combine=values["fold-combine"], evict_first=values["evict-first"],
                    layout=values["layout"], schedule=values["schedule"], smem_plan=values["smem-plan"],
                    vectorize=values["vectorize"], threads=values["threads"],
-                   row_registers=values["row-registers"])
+                   row_registers=values["row-registers"], pdl=values["pdl"])
 
 
 def _lower_module(module, opts: Options) -> None:
