@@ -312,7 +312,7 @@ def resident_key(c: Chain, t: Tiling, sms: int, dev: Target = DEFAULT) -> tuple:
     results/mbci.md, 2026-11-25 05:00): the fastest of each row had a loop tile of 128 and
     exactly 128 blocks (G3 64x128x16, G8-G10 64x128x{16,16,32}, G11 64x128x64, G12
     64x128x128: 7.6, 10.4, 11.8, 15.0, 20.1, 23.4 us); 64x64x64, the first seed before,
-    ran 7.8-26.4."""
+    ran 13.1-30.7 us on G4, G5 and G8-G12."""
     if c.normalized:  # attention: the largest tiles first (64 x 64 x 64 was the fastest on S2, S3)
         return (-t.tl, -t.th, model_time(c, t, dev))
     nb = blocks(c, t)
