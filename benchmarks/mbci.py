@@ -7,6 +7,10 @@ default search, then on the GPU beside PyTorch.
     PYTHONPATH=python python benchmarks/mbci.py --build OUT [--rows G1,S1] [--time-limit 60]
     # GPU machine: check and time
     PYTHONPATH=python python3 benchmarks/mbci.py --run OUT [--out results.md]
+    # the cost model's calibration on the GEMM rows: bundles (CPU), times (GPU), the fit (CPU)
+    PYTHONPATH=python python benchmarks/mbci.py --sweep SW [--rows G4,G5]
+    PYTHONPATH=python:examples:benchmarks python3 benchmarks/mbci.py --run-sweep SW
+    PYTHONPATH=python python benchmarks/mbci.py --fit SW
 
 GEMM chains G1-G12 are `E = (A @ B) @ D` with A (batch, M, K), B (batch, K, N),
 D (batch, N, H); self-attention S1-S9 is `softmax(Q @ K^T / sqrt(d)) @ V` per head,
@@ -176,10 +180,178 @@ def run(a) -> int:
     return 0 if len(ok) == len(rows) else 1
 
 
+def _single(shape_a, shape_b):
+    import mirage as mi
+
+    g = mi.new_kernel_graph("mm")
+    g.mark_output(g.matmul(g.new_input(shape_a), g.new_input(shape_b)))
+    return g
+
+
+def sweep_graphs(name: str) -> list:
+    """[(bundle name, kind, tiling or None, μGraph)] of GEMM row `name` for the cost model's
+    calibration: the reference, its two matmuls alone (kinds ref, mm1, mm2: ref = mm1 + mm2
+    - the graph replay's fixed cost), the chain tilings the model costs best (SWEEP_BEST) and
+    every warp-resident tiling of loop and E tiles up to RESIDENT_TILE, each as the search
+    builds it (`search.mbci.plan_of`, default lowering)."""
+    from mirage.search import build as B
+    from mirage.search import mbci as MB
+    from mirage.search.config import SearchConfig
+    from mirage.search.cost import cost
+
+    b, M, N, K, H = GEMM[name]
+    ref, cfg = program(name), SearchConfig()
+    out = [(f"{name}__ref", "ref", None, ref), (f"{name}__mm1", "mm1", None, _single((b, M, K), (b, K, N))),
+           (f"{name}__mm2", "mm2", None, _single((b, M, N), (b, N, H)))]
+    c = MB.find_chain(ref)
+    warps = cfg.block_dim[0] * cfg.block_dim[1] * cfg.block_dim[2] // 32
+    costed = []
+    for t in set(MB.space(c, cfg, {}) + MB.space(c, cfg, {}, True)):
+        try:
+            g = B.build(ref, MB.plan_of(c, t, cfg))
+        except Exception:  # the builder's checks reject it (shared memory, ...)
+            continue
+        costed.append((cost(g).time, (t.form, t.tm, t.tl, t.th), t, g))
+    costed.sort(key=lambda x: x[:2])
+    keep = costed[:SWEEP_BEST] + [x for x in costed[SWEEP_BEST:] if MB.warp_resident(c, x[2], warps)
+                                  and x[2].tl <= MB.RESIDENT_TILE and x[2].th <= MB.RESIDENT_TILE]
+    return out + [(f"{name}__{t.form}{t.tm}x{t.tl}x{t.th}", "chain", [t.form, t.tm, t.tl, t.th], g)
+                  for _, _, t, g in keep]
+
+
+SWEEP_BEST = 4  # chain tilings of each row taken by their model cost
+
+
+def sweep_build(a) -> int:
+    """CPU: the bundles of `sweep_graphs` for the GEMM rows in a.sweep, with meta.json
+    (row, kind, tiling, the model's cost of each kernel)."""
+    from mirage.lower import compile as mirage_compile
+    from mirage.search.cost import cost
+
+    os.makedirs(a.sweep, exist_ok=True)
+    meta, failed = {}, 0
+    for name in [r for r in a.rows if r in GEMM]:
+        for bname, kind, tiling, g in sweep_graphs(name):
+            try:
+                low = mirage_compile(g, a.target, os.path.join(a.sweep, bname)).lowered
+            except Exception as e:
+                failed += 1
+                print(f"FAIL  {bname}: {type(e).__name__}: {e}", flush=True)
+                continue
+            meta[bname] = {"row": name, "kind": kind, "tiling": tiling,
+                           "model_us": [round(k.time * 1e6, 3) for k in cost(g).kernels],
+                           "grid": [k["grid"] for k in low.kernels], "smem": [k["smem_bytes"] for k in low.kernels]}
+            print(bname, meta[bname], flush=True)
+    with open(os.path.join(a.sweep, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=0)
+    return 1 if failed else 0
+
+
+def sweep_run(a) -> int:
+    """GPU: each bundle of a.run_sweep checked against fp32 PyTorch on fresh inputs (NaN-
+    poisoned output, launched twice), then timed (CUDA-graph replays, inputs rotating over
+    sets spanning 4x L2); writes measured.json there (µs, rel. error) after each bundle."""
+    import torch
+
+    import mirage.runtime as rt
+    from gpu_bench import bench_fn, graphed
+    from gpu_check import rel_err
+
+    meta = json.load(open(os.path.join(a.run_sweep, "meta.json")))
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+    rng = np.random.default_rng()
+    done, bad = {}, 0
+    for bname, info in meta.items():
+        b, M, N, K, H = GEMM[info["row"]]
+        shapes, scales = {"mm1": ([(b, M, K), (b, K, N)], [1.0, K ** -0.5]),
+                          "mm2": ([(b, M, N), (b, N, H)], [1.0, N ** -0.5])}.get(
+            info["kind"], ([(b, M, K), (b, K, N), (b, N, H)], [1.0, K ** -0.5, N ** -0.5]))
+
+        def inputs():
+            return [torch.from_numpy(rng.standard_normal(s) * c).to("cuda", torch.float16) for s, c in zip(shapes, scales)]
+
+        def fn(*xs):
+            y = xs[0] @ xs[1]
+            return y @ xs[2] if len(xs) == 3 else y
+
+        n_sets = max(1, min(16, int(np.ceil(4 * l2 / sum(int(np.prod(s)) * 2 for s in shapes)))))
+        k = rt.load(os.path.join(a.run_sweep, bname))
+        xs = inputs()
+        ref = fn(*[x.float() for x in xs])
+        o = torch.full(ref.shape, float("nan"), dtype=torch.float16, device="cuda")
+        k(*xs, out=[o])
+        k(*xs, out=[o])
+        torch.cuda.synchronize()
+        err = rel_err(o, ref)
+        sets = [inputs() for _ in range(n_sets)]
+        outs = [torch.empty(ref.shape, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
+        us = bench_fn(graphed(lambda i: k(*sets[i], out=[outs[i]]), n_sets), n_sets)
+        bad += not err <= TOL
+        done[bname] = {"us": round(us, 2), "err": err}
+        print(f"{bname:28s} {us:7.2f} µs  err {err:.1e}  model {sum(info['model_us']):.2f} µs", flush=True)
+        with open(os.path.join(a.out_dir or a.run_sweep, "measured.json"), "w") as f:
+            json.dump(done, f)
+    return 1 if bad else 0
+
+
+def replay_overhead(meta: dict, measured: dict) -> dict:
+    """Per row, the fixed cost of replaying a CUDA graph that the per-kernel times do not
+    hold: ref - mm1 - mm2 = -F (the reference runs the two matmuls, in one graph)."""
+    out = {}
+    for row in {i["row"] for i in meta.values()}:
+        t = {k: measured.get(f"{row}__{k}", {}).get("us") for k in ("ref", "mm1", "mm2")}
+        if None not in t.values():
+            out[row] = t["mm1"] + t["mm2"] - t["ref"]
+    return out
+
+
+def sweep_fit(meta: dict, measured: dict, overhead: float | None = None) -> dict:
+    """The model against the measurements: per bundle the model's time (sum over its
+    kernels) and the measured time less the graph replay's fixed cost (`replay_overhead`,
+    its median unless given); per row the measured time of the model's pick among the
+    reference and the chain tilings over the fastest of them (regret). Returns {"overhead",
+    "points": {name: (model µs, measured µs)}, "regret": {row: (ratio, pick, fastest)}}."""
+    if overhead is None:
+        f = sorted(replay_overhead(meta, measured).values())
+        overhead = f[len(f) // 2] if f else 0.0
+    points = {n: (sum(i["model_us"]), measured[n]["us"] - overhead) for n, i in meta.items()
+              if n in measured and measured[n]["err"] <= TOL}
+    regret = {}
+    for row in sorted({meta[n]["row"] for n in points}):
+        alts = [n for n in points if meta[n]["row"] == row and meta[n]["kind"] in ("ref", "chain")]
+        if alts:
+            pick = min(alts, key=lambda n: (points[n][0], n))
+            best = min(alts, key=lambda n: points[n][1])
+            regret[row] = (points[pick][1] / points[best][1], pick, best)
+    return {"overhead": overhead, "points": points, "regret": regret}
+
+
+def fit(a) -> int:
+    """CPU: print `sweep_fit` of a.fit (meta.json and measured.json)."""
+    meta = json.load(open(os.path.join(a.fit, "meta.json")))
+    measured = json.load(open(os.path.join(a.fit, "measured.json")))
+    r = sweep_fit(meta, measured)
+    print(f"graph replay overhead {r['overhead']:.2f} µs (per row: "
+          + ", ".join(f"{k} {v:.2f}" for k, v in sorted(replay_overhead(meta, measured).items())) + ")")
+    print("| bundle | model µs | measured µs (less the overhead) | model / measured |\n|---|---|---|---|")
+    for n, (m, t) in sorted(r["points"].items()):
+        print(f"| {n} | {m:.2f} | {t:.2f} | {m / t:.2f} |")
+    for row, (x, pick, best) in r["regret"].items():
+        print(f"{row}: the model's pick {pick} runs {x:.2f}x the fastest ({best})")
+    g = np.exp(np.mean(np.log([x for x, _, _ in r["regret"].values()]))) if r["regret"] else float("nan")
+    print(f"geomean regret {g:.3f} over {len(r['regret'])} rows")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", help="search each row and compile the picks into this folder (CPU machine)")
     ap.add_argument("--run", help="check and time the bundles in this folder (GPU machine)")
+    ap.add_argument("--sweep", help="calibration: the GEMM rows' chain tilings, reference and matmuls as "
+                    "bundles in this folder (CPU machine)")
+    ap.add_argument("--run-sweep", help="calibration: check and time the --sweep bundles there (GPU machine)")
+    ap.add_argument("--fit", help="calibration: the cost model against a timed sweep folder (CPU)")
+    ap.add_argument("--out-dir", help="--run-sweep: write measured.json here (default: the sweep folder)")
     ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows (default: all 21)")
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--target", default="sm_90")
@@ -187,9 +359,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     a.rows = [r.strip().upper() for r in a.rows.split(",") if r.strip()]
     unknown = [r for r in a.rows if r not in ROWS]
-    if unknown or bool(a.build) == bool(a.run):
-        ap.error(f"unknown rows {unknown}" if unknown else "give one of --build and --run")
-    return build(a) if a.build else run(a)
+    modes = [m for m in ("build", "run", "sweep", "run_sweep", "fit") if getattr(a, m)]
+    if unknown or len(modes) != 1:
+        ap.error(f"unknown rows {unknown}" if unknown else "give one of --build, --run, --sweep, --run-sweep, --fit")
+    return {"build": build, "run": run, "sweep": sweep_build, "run_sweep": sweep_run, "fit": fit}[modes[0]](a)
 
 
 if __name__ == "__main__":
