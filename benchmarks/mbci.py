@@ -275,17 +275,22 @@ def sweep_run(a) -> int:
             return y @ xs[2] if len(xs) == 3 else y
 
         n_sets = max(1, min(16, int(np.ceil(4 * l2 / sum(int(np.prod(s)) * 2 for s in shapes)))))
-        k = rt.load(os.path.join(a.run_sweep, bname))
-        xs = inputs()
-        ref = fn(*[x.float() for x in xs])
-        o = torch.full(ref.shape, float("nan"), dtype=torch.float16, device="cuda")
-        k(*xs, out=[o])
-        k(*xs, out=[o])
-        torch.cuda.synchronize()
-        err = rel_err(o, ref)
-        sets = [inputs() for _ in range(n_sets)]
-        outs = [torch.empty(ref.shape, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
-        us = bench_fn(graphed(lambda i: k(*sets[i], out=[outs[i]]), n_sets), n_sets)
+        try:
+            k = rt.load(os.path.join(a.run_sweep, bname))
+            xs = inputs()
+            ref = fn(*[x.float() for x in xs])
+            o = torch.full(ref.shape, float("nan"), dtype=torch.float16, device="cuda")
+            k(*xs, out=[o])
+            k(*xs, out=[o])
+            torch.cuda.synchronize()
+            err = rel_err(o, ref)
+            sets = [inputs() for _ in range(n_sets)]
+            outs = [torch.empty(ref.shape, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
+            us = bench_fn(graphed(lambda i: k(*sets[i], out=[outs[i]]), n_sets), n_sets)
+        except Exception as e:  # one bundle that does not load or run: the others are still timed
+            bad += 1
+            print(f"FAIL  {bname}: {type(e).__name__}: {e}", flush=True)
+            continue
         bad += not err <= TOL
         done[bname] = {"us": round(us, 2), "err": err}
         print(f"{bname:28s} {us:7.2f} µs  err {err:.1e}  model {sum(info['model_us']):.2f} µs", flush=True)
@@ -328,8 +333,13 @@ def sweep_fit(meta: dict, measured: dict, overhead: float | None = None) -> dict
 
 def fit(a) -> int:
     """CPU: print `sweep_fit` of a.fit (meta.json and measured.json)."""
-    meta = json.load(open(os.path.join(a.fit, "meta.json")))
-    measured = json.load(open(os.path.join(a.fit, "measured.json")))
+    paths = [os.path.join(a.fit, f) for f in ("meta.json", "measured.json")]
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        print(f"--fit {a.fit}: no {', '.join(missing)} (--sweep writes meta.json, --run-sweep measured.json)",
+              file=sys.stderr)
+        return 2
+    meta, measured = (json.load(open(p)) for p in paths)
     r = sweep_fit(meta, measured)
     print(f"graph replay overhead {r['overhead']:.2f} µs (per row: "
           + ", ".join(f"{k} {v:.2f}" for k, v in sorted(replay_overhead(meta, measured).items())) + ")")
