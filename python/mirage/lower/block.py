@@ -75,6 +75,10 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         self.reg_vals: dict[int, list] = {}  # register tensors (fused fragments) -> values
         self.notes = self.p.notes
         self.written_by: dict[int, int] = {}  # tile id -> chunk width of the element loop that wrote it
+        # wgmma in the loop body: the groups stay in flight until the body's end (`wgmma_wait`),
+        # and matmuls of one A view share its ldmatrix fragments
+        self.wgmma_pending = False
+        self.a_frags: dict[str, list[str]] = {}
 
     def emit_op(self, op: Op) -> bool:
         """Emit a pre- or post-loop compute op; returns whether it wrote shared memory."""
@@ -242,7 +246,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
                 self.load_input(k, 0, None)
             if any(self.p.async_in[k] for k in inv):
                 e.line("nvvm.cp.async.commit.group")
-                e.line("nvvm.cp.async.wait.group 0")
+                self.cp_wait(0)
             for op in accs:
                 self.combine_acc(op)
             e.barrier()
@@ -263,7 +267,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
                 for k in self.p.varying_async:
                     self.load_input(k, e.add(it0, nxt), e.rem(nxt, S))
             e.line("nvvm.cp.async.commit.group")
-            e.line(f"nvvm.cp.async.wait.group {S - 1}")
+            self.cp_wait(S - 1)
             slot = e.rem(it, S)
             for k in self.p.varying_async:
                 t = tb.inputs[k].stensor
@@ -277,7 +281,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
             self.load_input(k, itg, None)
         if S == 1 and any(self.p.async_in[k] for k in sync_varying):
             e.line("nvvm.cp.async.commit.group")
-            e.line("nvvm.cp.async.wait.group 0")
+            self.cp_wait(0)
         e.barrier()
         # compute
         for op in pre_ops:
@@ -437,7 +441,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         if any(self.p.async_in[k] for k in inv):
             e.line("nvvm.cp.async.commit.group")
             if wait_invariant:
-                e.line("nvvm.cp.async.wait.group 0")
+                self.cp_wait(0)
         if wait_invariant:
             e.barrier()
         R = self.p.R // split  # iterations run by this block
@@ -473,7 +477,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         S = self.p.S
         if pre:  # hoisted ops: the invariant copies (the oldest group) land, then they run once
             if any(self.p.async_in[k] for k in inv):
-                e.line(f"nvvm.cp.async.wait.group {S - 1 if S > 1 else 0}")
+                self.cp_wait(S - 1 if S > 1 else 0)
             e.barrier()
             self._reset()
             for j in pre:
@@ -486,7 +490,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         sync_varying = [k for k, rec in enumerate(tb.inputs)
                         if rec.forloop_dim != -1 and (S == 1 or k not in self.p.varying_async)]
         if S > 1:
-            e.line(f"nvvm.cp.async.wait.group {S - 2}")
+            self.cp_wait(S - 2)
             e.barrier()
             nxt = e.add(it, S - 1)
             with e.if_(e.cmp("ult", nxt, R)):
@@ -506,12 +510,14 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
             self.load_input(k, itg, None)
         if S == 1 and any(self.p.async_in[k] for k in sync_varying + inv):
             e.line("nvvm.cp.async.commit.group")
-            e.line("nvvm.cp.async.wait.group 0")
+            self.cp_wait(0)
         if S == 1 or sync_varying:
             e.barrier()
         self._reset()
+        self.wgmma_pending = None  # defer: the loop's matmuls overlap each other
         for j in loop:
             self.run_op(j)
+        self.wgmma_wait()
         for k, rec in enumerate(tb.outputs):
             if rec.forloop_dim != -1:
                 if id(rec.stensor) in self.dirty:
@@ -547,6 +553,21 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
             return self._finish()
         self.post_region(post)
         return self._finish()
+
+    def wgmma_wait(self) -> None:
+        """Wait for the warpgroup matmuls issued since the last wait (before their
+        accumulators are read or their shared-memory operands overwritten)."""
+        if self.wgmma_pending:
+            self.e.line('llvm.inline_asm has_side_effects "wgmma.wait_group.sync.aligned 0;", "" : () -> ()')
+        self.wgmma_pending = False
+
+    def cp_wait(self, pending: int) -> None:
+        """Wait until at most `pending` cp.async groups are in flight; where wgmma reads the
+        tiles (the async proxy), fence this thread's landed copies for it before the
+        barrier that follows."""
+        self.e.line(f"nvvm.cp.async.wait.group {pending}")
+        if self.p.wgmma:
+            self.e.line('llvm.inline_asm has_side_effects "fence.proxy.async.shared::cta;", "" : () -> ()')
 
     # -- split for-loop: workspace of raw f32 accumulators --
 

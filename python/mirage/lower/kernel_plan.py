@@ -225,6 +225,10 @@ class Options:
     # before it (griddepcontrol.wait) and lets the next one launch as it finishes, so that
     # back-to-back launches overlap; off on targets without it (`lower.to_ptx`)
     pdl: bool = True
+    # Hopper warpgroup matmuls (sm_90a; `KernelPlan.wgmma`): a 64-row tile matmul of a
+    # 4-warp block whose B tile is one swizzle atom wide runs as wgmma.mma_async, B read
+    # by the tensor cores straight from shared memory; off on targets without it
+    wgmma: bool = True
 
 
 def running_maxima(tb: TBGraph) -> list[Op]:
@@ -461,6 +465,7 @@ class KernelPlan:
         self.scratch: dict[int, Tile] = {}  # accumulator op output id -> f32 scratch
         self.running = {id(op) for op in running_maxima(tb)}  # reduction_max ops with a running state
         self.mma_ops: set[int] = set()  # id(op) of matmuls on tensor cores
+        self.wgmma: set[int] = set()  # those of them run as warpgroup matmuls (`_wgmma_ok`)
         self.reg_acc: dict[int, Op] = {}  # id(accum op) -> matmul op whose fragments it keeps
         self.notes: dict = {"mma": 0, "cp_async_inputs": 0, "stages": 1, "warp_reductions": 0}
         self.rows = plan_rows(tb, ins, outs, opts, self.nthreads) if mode == "full" and outs else None
@@ -660,6 +665,9 @@ class KernelPlan:
         self.notes["cp_async_inputs"] = sum(1 for v in self.async_in.values() if v)
         off = self._place(varying, S, final=True)
         self.smem = off
+        self.wgmma = {id(op) for op in tb.ops if id(op) in self.mma_ops and self._wgmma_ok(op)}
+        if self.wgmma:
+            self.notes["wgmma"] = len(self.wgmma)
         if off > self.opts.smem_capacity:
             raise LoweringError(f"[smem] kernel {self.name}: the block graph's tiles need {off} bytes of "
                                 f"shared memory with this lowering (padding, f32 accumulators, {S} stages"
@@ -851,6 +859,24 @@ class KernelPlan:
         widths = {self.chunk(t) for t in full}
         return widths.pop() if len(widths) == 1 else 1
 
+    def _wgmma_ok(self, op: Op) -> bool:
+        """Whether matmul `op` can run as wgmma m64nNk16 with A from registers (each of the
+        block's 4 warps holds 16 rows: the mma.sync path's A fragments and C layout) and B
+        from shared memory through a descriptor: B's tile [K, N] is row-major with rows of
+        32, 64 or 128 bytes under the XOR swizzle of that width, which is the hardware's
+        swizzle mode of that width for an MN-major operand, every stage aligned to the
+        swizzle's 1024-byte period."""
+        if not self.opts.wgmma or self.nthreads != 128 or id(op) in self.a_from_regs:
+            return False
+        a, b = op.inputs
+        M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
+        tile = self.tiles.get(id(b))
+        if M != 64 or K % 16 or a.dtype != b.dtype or tile is None or len(b.shape) != 2:
+            return False
+        row = N * tile.itemsize
+        return (tile.elt in ("f16", "bf16") and tile.inner_last and tile.ld == N and row in (32, 64, 128)
+                and tile.swizzle == row and tile.offset % 1024 == 0 and tile.stage_bytes % 1024 == 0)
+
     @property
     def pdl(self) -> bool:
         """Whether the kernel is launched as a programmatic dependent of the previous one.
@@ -884,7 +910,7 @@ class KernelPlan:
             if id(op) in self.mma_ops:
                 how = ("tensor cores, registers across the loop" if any(m is op for m in self.reg_acc.values())
                        else "tensor cores, fragments fused" if id(op) in self.frag_fuse else "tensor cores")
-                out.append(f"  matmul -> {names[id(op.outputs[0])]}: {how}")
+                out.append(f"  matmul -> {names[id(op.outputs[0])]}: {how}" + (", wgmma" if id(op) in self.wgmma else ""))
         for t, tile in self.tiles.items():
             lay = f"swizzle {tile.swizzle}" if tile.swizzle else (f"ld {tile.ld}" if tile.ld != tile.cols else "row-major")
             out.append(f"  tile {names.get(t, '?')} {list(tile.shape)} {tile.elt} at {tile.offset} ({lay}"

@@ -7,10 +7,16 @@ import re
 TARGETS = {"sm_90": "+ptx80", "sm_80": "+ptx70"}
 
 
-def nvvm_pipeline(target: str = "sm_90", opt_level: int = 3) -> str:
+def chip(module_text: str, target: str) -> str:
+    """The PTX target for `target`: sm_90's kernels with warpgroup matmuls (wgmma, which
+    only the arch-specific sm_90a has) are compiled for sm_90a, the others as given."""
+    return "sm_90a" if target == "sm_90" and "wgmma.mma_async" in module_text else target
+
+
+def nvvm_pipeline(target: str = "sm_90", opt_level: int = 3, module_text: str = "") -> str:
     if target not in TARGETS:
         raise ValueError(f"unsupported target '{target}' (expected one of {', '.join(TARGETS)})")
-    return (f"builtin.module(gpu-lower-to-nvvm-pipeline{{cubin-format=isa cubin-chip={target} "
+    return (f"builtin.module(gpu-lower-to-nvvm-pipeline{{cubin-format=isa cubin-chip={chip(module_text, target)} "
             f"cubin-features={TARGETS[target]} opt-level={opt_level} "
             f"kernel-bare-ptr-calling-convention=true}})")
 
@@ -29,7 +35,7 @@ def run_pipeline(module_text: str, target: str = "sm_90") -> str:
 
     with ir.Context() as ctx:
         m = ir.Module.parse(module_text)
-        PassManager.parse(nvvm_pipeline(target)).run(m.operation)
+        PassManager.parse(nvvm_pipeline(target, module_text=module_text)).run(m.operation)
         return extract_ptx(str(m))
 
 

@@ -32,7 +32,7 @@ def key(module_text: str, target: str) -> str:
     from .pipeline import nvvm_pipeline
 
     h = hashlib.sha256(module_text.encode())
-    h.update(f"\n{nvvm_pipeline(target)}\n{_mlir_version()}\n{FORMAT} {__version__}".encode())
+    h.update(f"\n{nvvm_pipeline(target, module_text=module_text)}\n{_mlir_version()}\n{FORMAT} {__version__}".encode())
     return h.hexdigest()[:32]
 
 

@@ -54,9 +54,13 @@ def parse(text: str) -> dict[str, dict]:
     return out
 
 
-def usage(ptx: str, arch: str = "sm_90", timeout: float = 60.0) -> dict[str, dict] | None:
-    """Per-entry register use of `ptx` as ptxas assembles it for `arch`; None where no
-    ptxas is installed or it fails (the caller goes on without the information)."""
+def usage(ptx: str, arch: str | None = None, timeout: float = 60.0) -> dict[str, dict] | None:
+    """Per-entry register use of `ptx` as ptxas assembles it for `arch` (default: the PTX's
+    own `.target`); None where no ptxas is installed or it fails (the caller goes on
+    without the information)."""
+    if arch is None:
+        m = re.search(r"^\.target\s+(sm_\w+)", ptx, re.M)
+        arch = m.group(1) if m else "sm_90"
     exe = find()
     if exe is None:
         return None

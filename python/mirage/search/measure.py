@@ -169,7 +169,7 @@ def spills(graph, target: str = "sm_90") -> int | None:
         _, ptx = lower.to_ptx(graph, target, disk_cache=False)
     except Exception:  # does not lower (LoweringError, a pipeline's MLIRError): not known
         return None
-    use = ptxas.usage(ptx, target)
+    use = ptxas.usage(ptx)  # for the PTX's own .target (sm_90a where it has wgmma)
     return None if use is None else sum(u["spill_stores"] for u in use.values())
 
 

@@ -56,6 +56,8 @@ class MatmulEmitter:
     def mma(self, op: Op, acc: list[str] | None) -> list[str]:
         """C (+)= A @ B on the tensor cores; returns this warp's fragments. An A operand
         kept in registers (`a_from_regs`) is taken from its fragments instead of ldmatrix."""
+        if id(op) in self.p.wgmma:
+            return self.wgmma(op, acc)
         e = self.e
         self.notes["mma"] += 1
         a, b = op.inputs
@@ -120,6 +122,76 @@ class MatmulEmitter:
         ks, args, res, close = e.for_iter(0, nk, 1, [(f, "vector<2x2xf32>") for f in init])
         close(step(e.mul(ks, 16), args))
         return res
+
+    def wgmma(self, op: Op, acc: list[str] | None) -> list[str]:
+        """C (+)= A @ B on a warpgroup (the block's 4 warps, `KernelPlan._wgmma_ok`), one
+        wgmma.mma_async m64nNk16 per 16 rows of K: A's fragments loaded by ldmatrix as
+        for mma.sync (warp w: rows 16w..16w+15), B read from shared memory through a
+        descriptor. All of K's steps are one asm statement, between a fence and the wait
+        for the group, so the accumulators stay in their registers while the tensor cores
+        run; the result is this warp's fragments in the mma.sync C layout (the wgmma D
+        layout for m64: d[4j + 2h + q] = row 8h + lane/4, column 8j + 2(lane%4) + q). In
+        the loop body (`wgmma_pending` None or True) the wait of a matmul whose accumulators
+        the loop carries is left to the body's end, so the body's matmuls run together, and
+        a second such matmul of the same A view reuses its fragments."""
+        e = self.e
+        self.notes["mma"] += 1
+        a, b = op.inputs
+        M, K, N, MT, NT, T, tpw = self.p.mma_geometry(op)
+        ta, tb_ = self.p.tiles[id(a)], self.p.tiles[id(b)]
+        va, elt = self.views2d[id(a)], tb_.elt
+        zero = e.const("0.000000e+00", "vector<2x2xf32>")
+        accs = acc or [zero] * NT
+        ar = e.add(e.mul(self.warp, 16), e.rem(self.lane, 16))
+        acol0 = e.mul(e.div(self.lane, 16), 8)
+        # deferred only for accumulators carried across the loop (read after it)
+        defer = self.wgmma_pending is not False and any(m is op for m in self.p.reg_acc.values())
+        aregs = self.a_frags.get(va, []) if defer else []
+        for ks in range(K // 16 if not aregs else 0):
+            acol = e.add(ks * 16, acol0)
+            fa = e.op(f"nvgpu.ldmatrix {va}[{e.idx(ar)}, {e.idx(ta.chunk_col(e, ar, acol))}] "
+                      f"{{numTiles = 4 : i32, transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa")
+            for i in range(4):
+                v = e.op(f"vector.extract {fa}[{i}] : vector<2x{elt}> from vector<4x2x{elt}>", "av")
+                w = e.op(f"vector.bitcast {v} : vector<2x{elt}> to vector<1xi32>", "aw")
+                aregs.append(e.op(f"vector.extract {w}[0] : i32 from vector<1xi32>", "ar"))
+        if defer:
+            self.a_frags[va] = aregs
+        # B's descriptor: start address / 16, the stride of 8-row groups of K / 16 in both
+        # offset fields (B is one swizzle atom wide, so the other stride is never used, and
+        # this holds whichever field the MN-major layout reads), the swizzle mode
+        row = N * tb_.itemsize
+        sp = e.op(f"memref.extract_aligned_pointer_as_index {self.views[id(b)]} : {tb_.mtype} -> index", "bp")
+        addr = e.op(f"arith.index_cast {sp} : index to i64", "ba")
+        grp = 8 * row // 16
+        mode = {128: 1, 64: 2, 32: 3}[row]
+        bits = (grp << 16) | (grp << 32) | (mode << 62)
+        hi = e.op(f"arith.constant {bits - (1 << 64) if bits >= 1 << 63 else bits} : i64", "bd")  # as signed i64
+        four, mask = e.op("arith.constant 4 : i64", "c"), e.op("arith.constant 16383 : i64", "c")
+        lo = e.op(f"arith.andi {e.op(f'arith.shrui {addr}, {four} : i64', 'bs')}, {mask} : i64", "bl")
+        desc = e.op(f"arith.ori {lo}, {hi} : i64", "bd")
+        dv = [e.op(f"vector.extract {c}[{h}, {q}] : f32 from vector<2x2xf32>", "d")
+              for c in accs for h in (0, 1) for q in (0, 1)]
+        nd, na = len(dv), len(aregs)
+        dl = ", ".join(f"${i}" for i in range(nd))
+        shape = f"m64n{N}k16.f32.{elt}.{elt}"
+        body = ["{ .reg .pred p; .reg .b32 one; .reg .b64 d; mov.b32 one, 1; setp.ne.b32 p, one, 0;",
+                f"mov.b64 d, ${2 * nd + na};", "fence.proxy.async.shared::cta; wgmma.fence.sync.aligned;"]
+        for ks in range(K // 16):
+            ra = ", ".join(f"${2 * nd + 4 * ks + i}" for i in range(4))
+            body.append(f"wgmma.mma_async.sync.aligned.{shape} {{{dl}}}, {{{ra}}}, d, p, 1, 1, 1;")
+            if ks + 1 < K // 16:
+                body.append(f"add.s64 d, d, {16 * row // 16};")
+        body.append("wgmma.commit_group.sync.aligned;" + ("" if defer else " wgmma.wait_group.sync.aligned 0;") + " }")
+        if defer:
+            self.wgmma_pending = True
+        cons = ",".join(["=f"] * nd + [str(i) for i in range(nd)] + ["r"] * na + ["l"])
+        st = f"!llvm.struct<({', '.join(['f32'] * nd)})>"
+        r = e.op(f'llvm.inline_asm has_side_effects "{" ".join(body)}", "{cons}" {", ".join(dv + aregs + [desc])} : '
+                 f'({", ".join(["f32"] * nd + ["i32"] * na + ["i64"])}) -> {st}', "wg")
+        d = [e.op(f"llvm.extractvalue {r}[{i}] : {st}", "f") for i in range(nd)]
+        return [e.op(f"vector.from_elements {', '.join(d[4 * j:4 * j + 4])} : vector<2x2xf32>", "acc")
+                for j in range(NT)]
 
     def mma_bf16(self, fa: str, fb: str, c: str) -> str:
         """D = A @ B + C, m16n8k16, bf16 operands, f32 accumulators, as inline PTX (the

@@ -37,6 +37,8 @@ OPTIONS = (
            "in registers (no shared-memory tiles)"),
     Option("pdl", parse_bool, True, "kernels wait on griddepcontrol and are launched as programmatic "
            "dependents of the kernel before them (sm_90)"),
+    Option("wgmma", parse_bool, True, "64-row tile matmuls of 4-warp blocks run as warpgroup wgmma "
+           "(sm_90a) where the B tile is one swizzle atom wide"),
 )
 
 
@@ -46,7 +48,8 @@ def options(values: dict) -> Options:
                    split=values["split"], fold_combine=values["fold-combine"], evict_first=values["evict-first"],
                    layout=values["layout"], schedule=values["schedule"], smem_plan=values["smem-plan"],
                    vectorize=values["vectorize"], threads=values["threads"],
-                   row_registers=values["row-registers"], pdl=values["pdl"])
+                   row_registers=values["row-registers"], pdl=values["pdl"],
+                   wgmma=values["wgmma"])
 
 
 def _lower_module(module, opts: Options) -> None:
