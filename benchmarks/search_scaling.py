@@ -86,7 +86,7 @@ def trace_summary(t0, one=None):
     """(units' CPU per unit, a line on the run that started at `t0`): its units' CPU (against
     `one`, the per-unit CPU of a one-worker run), per worker process the CPU outside its
     calls and checks (from its start to its last call's end) and when its first call began."""
-    units, outside, first = {}, 0.0, []
+    units, outside, first, spans = {}, 0.0, [], {}
     for path in glob.glob(os.path.join(TRACE["dir"], "*.jsonl")):
         with open(path) as f:
             recs = [r for r in map(json.loads, f) if r[2] >= t0]
@@ -94,6 +94,7 @@ def trace_summary(t0, one=None):
         for r in recs:
             if r[0] == "unit":
                 units[r[1]] = r[5] - r[4]
+                spans[r[1]] = (r[2] - t0, r[3] - t0)
         if calls:
             outside += calls[-1][5] - sum(r[5] - r[4] for r in calls)
             first.append(calls[0][2] - t0)
@@ -104,6 +105,11 @@ def trace_summary(t0, one=None):
     if first:
         line += (f"; {len(first)} pool processes, CPU outside their calls and checks {outside:.2f} s, "
                  f"first calls at {min(first):.2f}-{max(first):.2f} s")
+    if units:  # what bounds many workers: the largest unit, against an equal share of all units' CPU
+        big = max(units, key=units.get)
+        line += (f"; largest unit {units[big]:.2f} s of CPU ({100 * units[big] / total:.1f} % of the units'), "
+                 f"ran {spans[big][0]:.2f}-{spans[big][1]:.2f} s; last unit ended at "
+                 f"{max(e for _, e in spans.values()):.2f} s")
     return units, line
 
 PROGRAMS = ("gqa", "qknorm_attention")
