@@ -222,11 +222,29 @@ def sweep_graphs(name: str) -> list:
 SWEEP_BEST = 4  # chain tilings of each row taken by their model cost
 
 
+def sweep_graph(row: str, name: str):
+    """The μGraph of a `sweep_graphs` bundle from its name: ref, mm1, mm2 or a tiling
+    `<form><tm>x<tl>x<th>` (n64x128x16) built as the search builds it."""
+    from mirage.search.build import build as build_plan
+    from mirage.search.config import SearchConfig
+    from mirage.search.mbci import Tiling, find_chain, plan_of
+
+    b, M, N, K, H = GEMM[row]
+    if name == "ref":
+        return program(row)
+    if name in ("mm1", "mm2"):
+        return _single((b, M, K), (b, K, N)) if name == "mm1" else _single((b, M, N), (b, N, H))
+    g = program(row)
+    tm, tl, th = (int(x) for x in name[1:].split("x"))
+    return build_plan(g, plan_of(find_chain(g), Tiling(name[0], tm, tl, th), SearchConfig()))
+
+
 def sweep_build(a) -> int:
     """CPU: the bundles of `sweep_graphs` for the GEMM rows in a.sweep, with meta.json
     (row, kind, tiling, the model's cost of each kernel)."""
     from mirage.lower import compile as mirage_compile
     from mirage.search.cost import cost
+    from mirage.search.measure import spills
 
     os.makedirs(a.sweep, exist_ok=True)
     meta, failed = {}, 0
@@ -240,7 +258,8 @@ def sweep_build(a) -> int:
                 continue
             meta[bname] = {"row": name, "kind": kind, "tiling": tiling,
                            "model_us": [round(k.time * 1e6, 3) for k in cost(g).kernels],
-                           "grid": [k["grid"] for k in low.kernels], "smem": [k["smem_bytes"] for k in low.kernels]}
+                           "grid": [k["grid"] for k in low.kernels], "smem": [k["smem_bytes"] for k in low.kernels],
+                           "spill": spills(g, a.target)}  # bytes (ptxas), None without ptxas
             print(bname, meta[bname], flush=True)
     with open(os.path.join(a.sweep, "meta.json"), "w") as f:
         json.dump(meta, f, indent=0)
@@ -310,12 +329,15 @@ def replay_overhead(meta: dict, measured: dict) -> dict:
     return out
 
 
-def sweep_fit(meta: dict, measured: dict, overhead: float | None = None) -> dict:
+def sweep_fit(meta: dict, measured: dict, overhead: float | None = None, worst_ties: bool = False) -> dict:
     """The model against the measurements: per bundle the model's time (sum over its
     kernels) and the measured time less the graph replay's fixed cost (`replay_overhead`,
     its median unless given); per row the measured time of the model's pick among the
-    reference and the chain tilings over the fastest of them (regret). Returns {"overhead",
-    "points": {name: (model µs, measured µs)}, "regret": {row: (ratio, pick, fastest)}}."""
+    reference and the chain tilings over the fastest of them (regret). Bundles that spill
+    registers (meta "spill" > 0) are picked only if all do, as the search ranks them
+    (`search.measure.demote_spilling`); the model's ties go to the name, or with
+    `worst_ties` to the slowest measured. Returns {"overhead", "points": {name: (model µs,
+    measured µs)}, "regret": {row: (ratio, pick, fastest)}}."""
     if overhead is None:
         f = sorted(replay_overhead(meta, measured).values())
         overhead = f[len(f) // 2] if f else 0.0
@@ -324,15 +346,20 @@ def sweep_fit(meta: dict, measured: dict, overhead: float | None = None) -> dict
     regret = {}
     for row in sorted({meta[n]["row"] for n in points}):
         alts = [n for n in points if meta[n]["row"] == row and meta[n]["kind"] in ("ref", "chain")]
-        if alts:
-            pick = min(alts, key=lambda n: (points[n][0], n))
-            best = min(alts, key=lambda n: points[n][1])
-            regret[row] = (points[pick][1] / points[best][1], pick, best)
+        if not alts:
+            continue
+        kept = [n for n in alts if not meta[n].get("spill")] or alts
+        least = min(points[n][0] for n in kept)
+        tied = sorted(n for n in kept if points[n][0] <= least * (1 + 1e-9))
+        pick = max(tied, key=lambda n: points[n][1]) if worst_ties else tied[0]
+        best = min(alts, key=lambda n: points[n][1])
+        regret[row] = (points[pick][1] / points[best][1], pick, best)
     return {"overhead": overhead, "points": points, "regret": regret}
 
 
 def fit(a) -> int:
-    """CPU: print `sweep_fit` of a.fit (meta.json and measured.json)."""
+    """CPU: print `sweep_fit` of a.fit (meta.json and measured.json), the model's costs of
+    this checkout (of the sweep, with a.recorded)."""
     paths = [os.path.join(a.fit, f) for f in ("meta.json", "measured.json")]
     missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
@@ -340,6 +367,12 @@ def fit(a) -> int:
               file=sys.stderr)
         return 2
     meta, measured = (json.load(open(p)) for p in paths)
+    if not a.recorded:  # the model as it is now, on the same μGraphs
+        from mirage.search.cost import cost
+
+        for bname, info in meta.items():
+            meta[bname]["model_us"] = [k.time * 1e6 for k in cost(sweep_graph(*bname.split("__"))).kernels]
+    print("model: " + ("as recorded by --sweep" if a.recorded else "this checkout's cost model"))
     r = sweep_fit(meta, measured)
     print(f"graph replay overhead {r['overhead']:.2f} µs (per row: "
           + ", ".join(f"{k} {v:.2f}" for k, v in sorted(replay_overhead(meta, measured).items())) + ")")
@@ -348,8 +381,10 @@ def fit(a) -> int:
         print(f"| {n} | {m:.2f} | {t:.2f} | {m / t:.2f} |")
     for row, (x, pick, best) in r["regret"].items():
         print(f"{row}: the model's pick {pick} runs {x:.2f}x the fastest ({best})")
-    g = np.exp(np.mean(np.log([x for x, _, _ in r["regret"].values()]))) if r["regret"] else float("nan")
-    print(f"geomean regret {g:.3f} over {len(r['regret'])} rows")
+    for worst in (False, True):
+        reg = sweep_fit(meta, measured, worst_ties=worst)["regret"]
+        g = np.exp(np.mean(np.log([x for x, _, _ in reg.values()]))) if reg else float("nan")
+        print(f"geomean regret {g:.3f} over {len(reg)} rows" + (" (the model's ties against it)" if worst else ""))
     return 0
 
 
@@ -362,6 +397,8 @@ def main(argv=None) -> int:
     ap.add_argument("--run-sweep", help="calibration: check and time the --sweep bundles there (GPU machine)")
     ap.add_argument("--fit", help="calibration: the cost model against a timed sweep folder (CPU)")
     ap.add_argument("--out-dir", help="--run-sweep: write measured.json here (default: the sweep folder)")
+    ap.add_argument("--recorded", action="store_true", help="--fit: the model's costs recorded by --sweep, not "
+                    "this checkout's")
     ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows (default: all 21)")
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--target", default="sm_90")

@@ -10,7 +10,8 @@ from mirage.search import superoptimize
 from mirage.search.build import build
 from mirage.search.config import SearchConfig
 from mirage.search.cost import cost
-from mirage.search.mbci import Chain, Tiling, blocks, explore, find_chain, mbci_seeds, model_time, plan_of, \
+from mirage.search.mbci import LOOP_TILE, Chain, Tiling, blocks, explore, find_chain, longest_loops, mbci_seeds, \
+    model_time, plan_of, \
     smem_estimate, space, tile_options
 from mirage.target import H100
 
@@ -142,3 +143,26 @@ def test_default_search_fuses_the_chain_into_one_kernel(name):
     assert np.abs(best.graph.evaluate(xs)[0] - want).max() <= RTOL * np.abs(want).max()
     low, ptx = to_ptx(best.graph)
     assert len(low.kernels) == 1 and low.kernels[0]["notes"]["mma"] == 2 and "mma.sync" in ptx
+
+
+def test_longest_loops_takes_the_loop_tile_the_model_ties_long():
+    """Tilings that differ only in the loop tile: the longest (at most LOOP_TILE = 128 for a
+    warp-resident one, tm = 16 x 4 warps) replaces the others where it costs no more (the
+    model ties them); one that costs more stays; the k-form is left alone; a duplicate is
+    dropped and counted."""
+    assert LOOP_TILE == 128
+    cands = [Tiling("n", 32, tl, 32) for tl in (16, 32, 64, 128, 256)] + \
+        [Tiling("n", 64, tl, 16) for tl in (32, 64, 128, 256)] + [Tiling("n", 64, tl, 32) for tl in (64, 128)] + \
+        [Tiling("k", 16, 32, 64), Tiling("k", 16, 64, 64)]
+    dearer = {Tiling("n", 64, 128, 32)}  # costs more than its siblings: not taken
+    cost_of = lambda t: 2.0 if t in dearer else 1.0  # noqa: E731
+    pruned = {}
+    got = longest_loops([Tiling("n", 32, 64, 32), Tiling("n", 32, 32, 32), Tiling("n", 64, 32, 16),
+                         Tiling("n", 64, 64, 32), Tiling("k", 16, 32, 64)], cands, cost_of, pruned, warps=4)
+    assert got == [Tiling("n", 32, 256, 32), Tiling("n", 64, 128, 16), Tiling("n", 64, 64, 32),
+                   Tiling("k", 16, 32, 64)]
+    assert pruned == {"mbci loop tile": 1}
+    # warp-resident over 128: the longest up to 128 that costs no more; none: kept
+    sib = [Tiling("n", 64, t, 16) for t in (64, 128, 256, 512)]
+    assert longest_loops([sib[2]], sib, lambda t: 1.0, {}, warps=4) == [sib[1]]
+    assert longest_loops([sib[3]], sib[2:], lambda t: 1.0, {}, warps=4) == [sib[3]]

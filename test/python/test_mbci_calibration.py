@@ -1,7 +1,7 @@
-"""The cost model against the H100: the GEMM chains' tilings, their references and the
-references' two matmuls timed side by side (benchmarks/mbci.py --sweep / --run-sweep /
---fit; benchmarks/results/mbci.md, section 2026-11-25 04:33: medians of CUDA-graph replays,
-every bundle within 5e-3 of fp32 PyTorch, default lowering). A graph replay costs about
+"""The cost model and the chain search's seeds against the H100: the GEMM chains' tilings,
+their references and the references' two matmuls timed side by side (benchmarks/mbci.py
+--sweep / --run-sweep / --fit; benchmarks/results/mbci.md, section 2026-11-25 04:33:
+medians of CUDA-graph replays, every bundle within 5e-3 of fp32 PyTorch, default lowering). A graph replay costs about
 4 us before its kernels run (`replay_overhead`: ref = mm1 + mm2 - F); the model is judged
 on the times less that. G5's and G6's mm2 is G4's (the same 512x512 @ 512x256 kernel)."""
 import os
@@ -12,12 +12,9 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "benchmarks"))
 
-from mbci import GEMM, TOL, _single, program, replay_overhead, sweep_fit  # noqa: E402
+from mbci import replay_overhead, sweep_fit, sweep_graph as graph  # noqa: E402
 
-from mirage.search.build import build  # noqa: E402
-from mirage.search.config import SearchConfig  # noqa: E402
 from mirage.search.cost import cost  # noqa: E402
-from mirage.search.mbci import Tiling, find_chain, plan_of  # noqa: E402
 
 # µs, H100 80GB HBM3, 2026-11-25 (graph replays, the replay's fixed cost included)
 MEASURED = {
@@ -47,17 +44,11 @@ MEASURED = {
           "n128x64x128": 86.82},
 }
 MEASURED["G5"]["mm2"] = MEASURED["G6"]["mm2"] = MEASURED["G4"]["mm2"]
-
-
-def graph(row: str, name: str):
-    b, M, N, K, H = GEMM[row]
-    if name == "ref":
-        return program(row)
-    if name in ("mm1", "mm2"):
-        return _single((b, M, K), (b, K, N)) if name == "mm1" else _single((b, M, N), (b, N, H))
-    g = program(row)
-    tm, tl, th = (int(x) for x in name[1:].split("x"))
-    return build(g, plan_of(find_chain(g), Tiling(name[0], tm, tl, th), SearchConfig()))
+# not in the sweep: the table's search-top pick (rank1) of that run, timed by the runtime's variant selection
+MEASURED["G4"]["n64x128x16"] = 13.8
+# the tilings whose kernels spill registers (ptxas -v, sm_90): bytes; the search ranks them last
+SPILLED = {"G10": {"n64x256x16": 460}, "G11": {"n128x128x32": 400, "n128x128x64": 820},
+           "G12": {"n128x128x64": 828, "n128x64x64": 20, "n128x64x32": 8, "n128x64x128": 300}}
 
 
 def recorded(rows=tuple(MEASURED)):
@@ -66,7 +57,7 @@ def recorded(rows=tuple(MEASURED)):
     for row in rows:
         for name, us in MEASURED[row].items():
             kind = name if name in ("ref", "mm1", "mm2") else "chain"
-            meta[f"{row}__{name}"] = {"row": row, "kind": kind,
+            meta[f"{row}__{name}"] = {"row": row, "kind": kind, "spill": SPILLED.get(row, {}).get(name, 0),
                                       "model_us": [k.time * 1e6 for k in cost(graph(row, name)).kernels]}
             measured[f"{row}__{name}"] = {"us": us, "err": 3e-4}
     return meta, measured
@@ -102,12 +93,46 @@ def test_recorded_overhead_is_one_graph_replay():
     assert all(3.5 <= f[r] <= 4.5 for r in ("G4", "G10", "G11")) and f["G12"] < 6.5
 
 
-@pytest.mark.parametrize("row", ["G4", "G5", "G6", "G10"])
-def test_model_picks_within_5_percent_of_the_fastest(row):
-    """The model's pick among the reference and the recorded tilings runs within 5% of the
-    fastest of them (G5: the reference, 14.62 against the k-form's 14.40)."""
-    x, pick, best = sweep_fit(*recorded((row,)))["regret"][row]
-    assert x <= 1.05, (pick, best)
+def seeds(row: str) -> set:
+    """Names of the tilings the chain search hands the driver for `row` (`seed_tilings`)."""
+    from mirage.search.build import build
+    from mirage.search.config import SearchConfig
+    from mirage.search.mbci import find_chain, seed_tilings
+
+    g = graph(row, "ref")
+
+    def measure(plan) -> float:  # as the driver's: a plan the builder rejects costs inf
+        try:
+            return cost(build(g, plan)).time
+        except Exception:
+            return float("inf")
+
+    ts = seed_tilings(find_chain(g), SearchConfig(), measure)
+    return {f"{t.form}{t.tm}x{t.tl}x{t.th}" for t in ts}
+
+
+G4_TIE = pytest.mark.xfail(strict=True, reason="G4: 64x128x16 (13.8 us) ties with 32x128x32 (11.9) in the model: "
+                          "it computes C twice over (16 E tiles), but both stay under the model's L2 term")
+
+
+@pytest.mark.parametrize("row,worst_ties", [(r, w) for r in MEASURED for w in (False, True) if (r, w) != ("G4", True)]
+                         + [pytest.param("G4", True, marks=G4_TIE)])
+def test_search_picks_within_5_percent_of_the_fastest(row, worst_ties):
+    """The model's pick among the reference and the tilings the chain search hands over
+    (the recorded ones; those that spill ranked last, as the search does) runs within 5% of
+    the fastest recorded tiling of the row, also with the model's ties broken against it.
+    Without `longest_loops` (checked) the model's pick was G4's 32x64x32 (15.6 against
+    32x128x32's 11.9 us at one cost) and G12's 128x32x64 (29.8 against 64x128x128's 23.4)."""
+    meta, measured = recorded((row,))
+    fastest = min((v["us"], n) for n, v in measured.items() if meta[n]["kind"] in ("ref", "chain"))
+    handed = seeds(row) | {"ref"}
+    keep = {n for n in meta if n.split("__")[1] in handed and meta[n]["kind"] in ("ref", "chain")}
+    assert len(keep) >= 2
+    meta = {n: i for n, i in meta.items() if n in keep}
+    measured = {n: v for n, v in measured.items() if n in keep}
+    x, pick, _ = sweep_fit(meta, measured, overhead=4.13, worst_ties=worst_ties)["regret"][row]
+    ratio = (measured[pick]["us"] - 4.13) / (fastest[0] - 4.13)
+    assert ratio <= 1.05, (pick, fastest)
 
 
 def test_unbatched_references_costed_within_15_percent():
@@ -130,14 +155,6 @@ def test_g6_chain_within_the_verification_window():
     from mirage.search.driver import BOUND_WINDOW
 
     assert cost(graph("G6", "k16x32x64")).time <= BOUND_WINDOW * cost(graph("G6", "ref")).time
-
-
-@pytest.mark.xfail(strict=True, reason="the model counts no registers and no warp ownership of C's rows: "
-                   "128-row tiles of 4 warps (C through shared memory, spills) cost least and run 1.7-1.9x the fastest")
-@pytest.mark.parametrize("row", ["G11", "G12"])
-def test_model_picks_batched_rows_within_10_percent(row):
-    x, pick, best = sweep_fit(*recorded((row,)))["regret"][row]
-    assert x <= 1.10, (pick, best)
 
 
 def test_sweep_graphs_of_a_row():

@@ -16,9 +16,11 @@ The paper's search, mapped onto μGraphs:
   expressible.
 - **Pruning** (§III-C): rule 1 above; rule 3, tile sizes that are multiples of 16 (or
   the whole dim) and divide it (every dim of the tables is a power of two or 80, so no
-  padding is ever needed); rule 4, shared memory by eq. (1) above 1.2x the capacity; and
-  grids with fewer blocks than half the SMs when a finer tiling exists. Counts go to the
-  search report (`Stats.pruned["mbci ..."]`).
+  padding is ever needed); rule 4, shared memory by eq. (1) above 1.2x the capacity;
+  grids with fewer blocks than half the SMs when a finer tiling exists; and, of the
+  explored tilings of a GEMM chain the model ties that differ only in the loop tile, all
+  but the longest (`longest_loops`: the H100 ran the fewest iterations fastest). Counts
+  go to the search report (`Stats.pruned["mbci ..."]`).
 - **Analytical model** (§IV-A, eqs. 2-5): t = (t_mem + t_comp) * alpha, t_mem the bytes
   each load and store moves times its trip count over the DRAM bandwidth, t_comp the
   FLOPs over the tensor-core throughput, alpha = (blocks + SMs) / blocks; the target's
@@ -51,6 +53,7 @@ GENERATIONS = 12  # a bound on the loop (the paper's has none)
 SEEDS = 4         # plans handed to the search
 RESIDENT = 2      # and up to this many more that keep C in the warps' registers (`with_resident`)
 RESIDENT_TILE = 128  # their loop and E tiles at most this: C's and E's fragments, tl/2 + th/2 f32 registers a thread
+LOOP_TILE = 128  # the largest warp-resident loop tile `longest_loops` takes among tilings the model ties
 # attention (exp and row sums on the fragments besides C and E): 64, the tiles timed there
 ATTENTION_RESIDENT_TILE = 64
 
@@ -279,10 +282,57 @@ def mbci_seeds(core, cfg: SearchConfig, measure, pruned: dict | None = None, dev
     c = find_chain(core)
     if c is None:
         return []
+    return [plan_of(c, t, cfg) for t in seed_tilings(c, cfg, measure, pruned, dev)]
+
+
+def seed_tilings(c: Chain, cfg: SearchConfig, measure, pruned: dict | None = None,
+                 dev: Target = DEFAULT) -> list[Tiling]:
+    """The tilings of `mbci_seeds`: Algorithm 1's best (`explore`) with the loop tiles the
+    model ties taken long (`longest_loops`), then the warp-resident ones (`with_resident`)."""
     pruned = {} if pruned is None else pruned
     cands = space(c, cfg, pruned)
-    tilings = explore(c, cands, lambda t: measure(plan_of(c, t, cfg)), dev)
-    return [plan_of(c, t, cfg) for t in with_resident(c, space(c, cfg, {}, True), tilings, cfg, dev)]
+    measured: dict = {}
+
+    def cost_of(t: Tiling) -> float:
+        if t not in measured:
+            measured[t] = measure(plan_of(c, t, cfg))
+        return measured[t]
+
+    warps = max(1, (cfg.block_dim[0] * cfg.block_dim[1] * cfg.block_dim[2]) // 32)
+    tilings = explore(c, cands, cost_of, dev)
+    if not c.normalized:  # timed on the GEMM chains only
+        tilings = longest_loops(tilings, cands, cost_of, pruned, warps)
+    return with_resident(c, space(c, cfg, {}, True), tilings, cfg, dev)
+
+
+def longest_loops(tilings: list[Tiling], cands: list[Tiling], cost_of, pruned: dict,
+                  warps: int = 4) -> list[Tiling]:
+    """`tilings` (best first) with each loop-over-n tiling replaced by its sibling (same tm
+    and th) of the longest loop tile that costs no more by `cost_of` (at most LOOP_TILE
+    for a warp-resident one, whose C fragments take tl/2 registers a thread), duplicates
+    dropped (counted as `pruned["mbci loop tile"]`). The search's cost model charges
+    nothing for an iteration, so it ties tilings that differ only in the loop tile; H100 (benchmarks/results/mbci.md, 2026-11-25 04:33), at one model cost the
+    fewest iterations ran fastest: G4 32 x {32, 64, 128} x 32 17.5, 15.6, 11.9 us; G5
+    32 x {16, 32, 64} x 32 33.1, 26.8, 21.3; G8 64 x {64, 128} x 16 11.9, 10.4; G10 18.0,
+    15.0. Warp-resident loop tiles of 256 spilled registers (G8-G10's 64 x 256 tilings:
+    436-512 bytes)."""
+    out = []
+    for t in tilings:
+        if t.form == "n":
+            tls = sorted(x.tl for x in cands if (x.form, x.tm, x.th) == (t.form, t.tm, t.th))
+            most = LOOP_TILE if t.tm == 16 * warps else max(tls, default=t.tl)
+            # longer tiles; for a warp-resident tile over LOOP_TILE, those up to it
+            other = [x for x in tls if x <= most and (x > t.tl or t.tl > most)]
+            for tl in sorted(other, reverse=True):  # the longest that costs no more (ties to rounding)
+                s = Tiling(t.form, t.tm, tl, t.th)
+                if cost_of(s) <= cost_of(t) * (1 + 1e-9):
+                    t = s
+                    break
+        if t in out:
+            pruned["mbci loop tile"] = pruned.get("mbci loop tile", 0) + 1
+        else:
+            out.append(t)
+    return out
 
 
 def with_resident(c: Chain, cands: list[Tiling], tilings: list[Tiling], cfg: SearchConfig,
@@ -300,7 +350,13 @@ def with_resident(c: Chain, cands: list[Tiling], tilings: list[Tiling], cfg: Sea
     res = [t for t in cands if warp_resident(c, t, warps) and t.tl <= most and t.th <= most]
     res.sort(key=lambda t: resident_key(c, t, cfg.sms, dev))
     top = tilings[:SEEDS]
-    return top + [t for t in res if t not in top][:RESIDENT]
+    out = []
+    for t in res:
+        # a GEMM chain's: one loop tile a grid, the longest (the model ties them, `longest_loops`)
+        longer = [x for x in top + out if x.form == "n" and (x.tm, x.th) == (t.tm, t.th) and x.tl >= t.tl]
+        if t not in top and len(out) < RESIDENT and (c.normalized or not longer):
+            out.append(t)
+    return top + out
 
 
 def resident_key(c: Chain, t: Tiling, sms: int, dev: Target = DEFAULT) -> tuple:
