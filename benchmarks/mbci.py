@@ -191,9 +191,10 @@ def _single(shape_a, shape_b):
 def sweep_graphs(name: str) -> list:
     """[(bundle name, kind, tiling or None, μGraph)] of GEMM row `name` for the cost model's
     calibration: the reference, its two matmuls alone (kinds ref, mm1, mm2: ref = mm1 + mm2
-    - the graph replay's fixed cost), the chain tilings the model costs best (SWEEP_BEST) and
-    every warp-resident tiling of loop and E tiles up to RESIDENT_TILE, each as the search
-    builds it (`search.mbci.plan_of`, default lowering)."""
+    - the graph replay's fixed cost), the chain tilings the model costs best (SWEEP_BEST),
+    every warp-resident tiling of loop and E tiles up to RESIDENT_TILE and every k-form
+    tiling of 16 rows, each as the search builds it (`search.mbci.plan_of`, default
+    lowering)."""
     from mirage.search import build as B
     from mirage.search import mbci as MB
     from mirage.search.config import SearchConfig
@@ -213,8 +214,9 @@ def sweep_graphs(name: str) -> list:
             continue
         costed.append((cost(g).time, (t.form, t.tm, t.tl, t.th), t, g))
     costed.sort(key=lambda x: x[:2])
-    keep = costed[:SWEEP_BEST] + [x for x in costed[SWEEP_BEST:] if MB.warp_resident(c, x[2], warps)
-                                  and x[2].tl <= MB.RESIDENT_TILE and x[2].th <= MB.RESIDENT_TILE]
+    keep = costed[:SWEEP_BEST] + [x for x in costed[SWEEP_BEST:] if (
+        MB.warp_resident(c, x[2], warps) and x[2].tl <= MB.RESIDENT_TILE and x[2].th <= MB.RESIDENT_TILE)
+        or (x[2].form == "k" and x[2].tm == 16)]  # the k-form of 16 rows: C in registers, the best on G5/G6
     return out + [(f"{name}__{t.form}{t.tm}x{t.tl}x{t.th}", "chain", [t.form, t.tm, t.tl, t.th], g)
                   for _, _, t, g in keep]
 
