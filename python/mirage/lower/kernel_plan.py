@@ -871,7 +871,7 @@ class KernelPlan:
         a, b = op.inputs
         M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
         tile = self.tiles.get(id(b))
-        if M != 64 or K % 16 or a.dtype != b.dtype or tile is None or len(b.shape) != 2:
+        if M != 64 or K % 16 or a.dtype != b.dtype or tile is None or id(a) not in self.tiles or len(b.shape) != 2:
             return False
         row = N * tile.itemsize
         return (tile.elt in ("f16", "bf16") and tile.inner_last and tile.ld == N and row in (32, 64, 128)
