@@ -243,6 +243,15 @@ def test_wgmma_for_64_row_tiles_of_a_warpgroup():
     assert "wgmma" not in a100 and MMA in a100
 
 
+def test_ring_copies_unrolled_per_thread():
+    """The copies of a ring stage are unrolled per thread where every thread has the same
+    number (`thread_chunks`): GatedMLP at batch 8 (128 threads; X's 64x256 tile is 16
+    chunks a thread, each weight's 256x32 tile 8) issues 32 cp.async a stage, straight-line,
+    at each of its 3 issue sites (2 prologue stages, the loop), no loop over chunks."""
+    _, ptx = to_ptx(BENCHMARKS["gated_mlp"].fused(8), "sm_90", disk_cache=False)
+    assert ptx.count("cp.async.cg.shared.global") == 3 * 32
+
+
 def test_programmatic_dependent_launch(tmp_path):
     """Each kernel waits on griddepcontrol before its first global access and lets the next
     launch after its last store, and its manifest entry says so (the runtime launches it

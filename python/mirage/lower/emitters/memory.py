@@ -32,6 +32,9 @@ EVICT_FIRST_COPY = ("{.reg .b64 pol; .reg .b32 sa, one, lm; "
                     "cp.async.cg.shared.global.L2::cache_hint [sa], [$1], 16, pol;}")
 
 
+# most 16-byte chunks of one tile a thread copies unrolled (`thread_chunks`)
+UNROLL_CHUNKS = 32
+
 # 16-byte chunks a thread has in flight when it gathers unaligned rows (`_gather_rows`)
 GATHER_BATCH = 4
 
@@ -118,10 +121,8 @@ class TileIO:
                 self._cp_async(g, e.add(base, e.dot(cs, g.strides)), view, tile, tile.offset_of(e, cs), vec)
         elif vec:
             cpr = shape[-1] // vec
-            n = tile.rows * cpr
-            with e.for_(self.tid, n, self.p.nthreads) as c:
-                row = e.div(c, cpr)
-                col = e.mul(e.rem(c, cpr), vec)
+            for row, ck in self.thread_chunks(tile.rows * cpr, cpr):
+                col = e.mul(ck, vec)
                 rc = e.delinearize(row, shape[:-1])
                 goff = e.add(base, e.add(e.dot(rc, g.strides[:-1]), col))
                 soff = tile.offset_rc(e, row, col)
@@ -141,6 +142,22 @@ class TileIO:
                 v = e.load(g.name, g.mtype, goff, g.elt)
                 e.store(v, view, tile.mtype, tile.offset_of(e, cs), tile.elt)
             self.elementwise(shape, body)
+
+    def thread_chunks(self, n: int, cpr: int):
+        """(row, chunk in the row) of this thread's chunks c = tid, tid + T, ... < n of rows of
+        `cpr` chunks, the caller's body emitted once per value. Where every thread has the
+        same n / T chunks and T is a multiple of cpr, they are unrolled: the thread's row
+        and chunk are worked out once and the j-th chunk is T / cpr rows further (no loop,
+        no division a chunk: the copies of a GEMV's ring are most of its instructions);
+        otherwise an scf.for over c."""
+        e, T = self.e, self.p.nthreads
+        if n % T == 0 and T % cpr == 0 and n // T <= UNROLL_CHUNKS:
+            row0, ck = e.div(self.tid, cpr), e.rem(self.tid, cpr)
+            for j in range(n // T):
+                yield e.add(row0, j * (T // cpr)), ck
+            return
+        with e.for_(self.tid, n, T) as c:
+            yield e.div(c, cpr), e.rem(c, cpr)
 
     def _gather_rows(self, g: GlobalArg, base: Idx, view: str, tile: Tile, shape, V: int) -> None:
         """Copy tile rows that are contiguous in global memory but not 16-byte aligned (rows of
