@@ -642,8 +642,8 @@ class _Found(Candidate):
     graph is built from its plan when first asked for (`diverse` asks for those near the
     best; a caller for those it looks at). The driver built every candidate while ranking
     (the final ranking, and each ranking that picks the checks during the enumeration):
-    QKNorm at max_block_ops=11, 4514 candidates, 8.4 s of the driver's CPU at each of its
-    ends, and with 16 workers the driver, busy ranking, left workers idle."""
+    QKNorm at max_block_ops=11, 4514 candidates, 8.4 s of the driver's CPU (2-core VM), and
+    with 16 workers the driver, busy ranking, left workers idle (results/search_scaling.md)."""
 
     def __init__(self, ref: KNGraph, plan, c, key: str):
         self._ref, self._graph = ref, None
