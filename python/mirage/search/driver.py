@@ -469,7 +469,8 @@ def _strategy(ref, cfg, verbose, device, preset, config, t0) -> SearchResult:
         # each side searched alone (fast); the whole-program search then has to beat it
         base = partitioned_search(ref, cfg.with_(partition="split", time_limit=SPLIT_SHARE * cfg.time_limit),
                                   verbose, device, preset, _search)
-        cfg_whole = cfg.with_(time_limit=max(1.0, cfg.time_limit - (time.monotonic() - t0)))
+        # what is left of the limit (not a floor of 1 s: a 0.3 s call ran 1 s over it)
+        cfg_whole = cfg.with_(time_limit=max(0.0, cfg.time_limit - (time.monotonic() - t0)))
     else:
         cfg_whole = cfg
     if split and base.stats.stopped == "interrupted":
