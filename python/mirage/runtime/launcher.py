@@ -461,7 +461,7 @@ class Kernel:
                 if kind == "buffer":
                     v.value = bufs[i][0]
             # params holds the addresses of vals: keep vals alive with it
-            launches.append((self._launch_fn(k, f), k, [(v, kind, i) for v, kind, i in slots if kind != "buffer"],
+            launches.append((*self._launch_fn(k, f), [(v, kind, i) for v, kind, i in slots if kind != "buffer"],
                              (params, vals)))
         tdev = t.device(f"cuda:{device}")
         self._fast = (device, tdev, raw, outs, launches, self._context(device))
@@ -501,10 +501,10 @@ class Kernel:
         s = self._cu_stream(handle)
         self._check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
         try:
-            for launch, k, slots, params in launches:
+            for launch, what, slots, params in launches:
                 for v, kind, i in slots:
                     v.value = ptrs[i] if kind == "input" else optrs[i]
-                self._check(launch(s, ctypes.addressof(params[0])), _launch_what(k))
+                self._check(launch(s, ctypes.addressof(params[0])), what)
         finally:
             d.cuCtxPopCurrent()
         return results
@@ -594,17 +594,21 @@ class Kernel:
             # driver copies the values during the call, so they may be freed after it.
             vals = [ctypes.c_void_p(ptrs[a.kind][a.index]) for a in k.args]
             params = (ctypes.c_void_p * max(len(vals), 1))(*[ctypes.addressof(v) for v in vals])
-            self._check(self._launch_fn(k, f)(s, ctypes.addressof(params)), _launch_what(k))
+            launch, what = self._launch_fn(k, f)
+            self._check(launch(s, ctypes.addressof(params)), what)
 
     def _launch_fn(self, k: KernelSpec, f):
-        """(stream, kernelParams address) -> the driver's result, launching kernel `k`: a
+        """(launch, what): launch(stream, kernelParams address) -> the driver's result,
+        launching kernel `k`, and the call as error messages name it: a
         `pdl` kernel with programmatic stream serialization (cuLaunchKernelEx), so that its
         launch overlaps the tail of the kernel before it (it waits on griddepcontrol before
         it touches memory); any other, or with a driver without cuLaunchKernelEx, by
         cuLaunchKernel (a pdl kernel's wait is then satisfied at once)."""
         d = self.driver
+        dims = f"({k.name}, grid {k.grid}, block {k.block}, smem {k.smem_bytes})"
         if not (k.pdl and hasattr(d, "cuLaunchKernelEx")):
-            return lambda s, params: d.cuLaunchKernel(f, *k.grid, *k.block, k.smem_bytes, s, params, 0)
+            return (lambda s, params: d.cuLaunchKernel(f, *k.grid, *k.block, k.smem_bytes, s, params, 0),
+                    "cuLaunchKernel" + dims)
         cfg = d.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = k.grid
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = k.block
@@ -618,17 +622,12 @@ class Kernel:
         def launch(s, params):
             cfg.hStream = s
             return d.cuLaunchKernelEx(cfg, f, params, 0)
-        return launch
+        return launch, "cuLaunchKernelEx" + dims
 
     def __repr__(self):
         m = self.manifest
         return (f"<mirage.runtime.Kernel {os.path.basename(self.bundle.path)}: "
                 f"{len(m.kernels)} kernel(s), {len(m.inputs)} inputs, {len(m.outputs)} outputs, {m.target}>")
-
-
-def _launch_what(k: KernelSpec) -> str:
-    return (f"{'cuLaunchKernelEx' if k.pdl else 'cuLaunchKernel'}({k.name}, grid {k.grid}, block {k.block}, "
-            f"smem {k.smem_bytes})")
 
 
 def load(bundle_dir: str | os.PathLike, driver=None, alignment: int = 16, **select):
