@@ -349,6 +349,30 @@ def test_tile_offsets_are_the_optimizers_layout_offsets():
         assert not e.body  # all folded
 
 
+def test_wide_swizzled_rows_are_stored_as_swizzle_atoms():
+    # rows of 256 bytes under the 128-byte swizzle: two column blocks [rows, 64], each
+    # row-major with 128-byte rows (what a wgmma descriptor reads); every element has its
+    # own slot, in the bank TileLayout.offset puts it in
+    import itertools
+
+    from mirage.lower.kernel_plan import Tile
+    from mirage.lower.emitter import Emitter
+    from mirage.optimize import TileLayout
+
+    shape = (16, 128)
+    tile, lay = Tile(shape, "f16", 2, swizzle=128), TileLayout("t", shape, "f16", 1, 128)
+    assert tile.atom == 64 and tile.mtype2d.startswith("memref<32x64xf16")
+    assert Tile(shape, "f16", 2, swizzle=64).atom == 0 and Tile((16, 64), "f16", 2, swizzle=128).atom == 0
+    e = Emitter()
+    offs = {}
+    for r, c in itertools.product(range(16), range(128)):
+        o = tile.offset_rc(e, r, c)
+        offs[o] = (r, c)
+        assert o // (16 * 64) == c // 64 and (o % (16 * 64)) // 64 == r  # block c // 64, row r in it
+        assert (o - lay.offset((r, c))) * 2 % 128 == 0
+    assert sorted(offs) == list(range(16 * 128)) and not e.body
+
+
 def test_optimizer_plan_is_consumed():
     g = BENCHMARKS["gated_mlp"].fused(1)
     on = convert_to_gpu(g).kernels[0]
@@ -435,8 +459,11 @@ def test_swizzled_chunks_stay_16_byte_aligned_for_every_ilp_layout():
                         assert o // n == lin // n  # the chunk stays in its row
                         if inner == len(shape) - 1:  # ldmatrix / cp.async addresses
                             row = lin // n
-                            col = tile.chunk_col(Emitter(), row, idx[inner])
-                            assert (row * tile.ld + col) * item % 16 == 0
+                            r, c = tile.ldm_index(Emitter(), row, idx[inner])
+                            at = r * (tile.atom or tile.ld) + c  # in the 2-d view
+                            assert at * item % 16 == 0 and at == tile.offset_rc(Emitter(), row, idx[inner])
+                            # column blocks (`Tile.atom`) move chunks, not banks
+                            assert (at - o) * item % 128 == 0
                 assert offs == set(range(prod(shape)))
     assert ((8, 16), 32) in seen  # c3's X tile: 32-byte rows, swizzle 32 is a candidate
 

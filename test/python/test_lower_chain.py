@@ -56,7 +56,7 @@ def test_resident_chain_keeps_c_in_registers(attn):
 def test_resident_chain_ir():
     """64 x 64 x 64 tiles, 4 warps: C's fragments rounded to f16 are the second mma's A
     operand (from_elements, no ldmatrix of C, no barrier between the GEMMs)."""
-    low = convert_to_gpu(tiled(chain(1, 64, 128, 64, 64), 64, 64, 64), Options(split=1))
+    low = convert_to_gpu(tiled(chain(1, 64, 128, 64, 64), 64, 64, 64), Options(split=1, wgmma=False))
     loop = low.module.split("iter_args", 1)[1]
     first, second = loop.split("vector.from_elements", 1)
     assert "nvgpu.mma.sync" in first and "gpu.barrier" not in first.split("nvgpu.mma.sync", 1)[1]
@@ -65,6 +65,28 @@ def test_resident_chain_ir():
     low_a = convert_to_gpu(tiled(chain(1, 64, 128, 64, 64, True), 64, 64, 64), Options(split=1))
     # 64 x 64 scores over 4 warps: 32 values a thread, exp applied once each, unrolled
     assert low_a.module.count("math.exp") == 32
+
+
+@pytest.mark.parametrize("tl,th", [(64, 64), (128, 128), (128, 16)])
+def test_resident_chain_runs_warpgroup_matmuls(tl, th):
+    """On sm_90 both GEMMs of a 64-row warp-resident chain are wgmma: the first's A by
+    ldmatrix, the second's A the first's fragments (no ldmatrix of C), B tiles of 128-byte
+    rows and of 256-byte rows stored as two swizzle atoms (`Tile.atom`), read through
+    descriptors whose leading offset is the distance between the atoms."""
+    g = tiled(chain(1, 64 * 64, 256, 128, th), 64, tl, th)  # 64 blocks: not widened (`block_threads`)
+    p = kernel(g)
+    assert p.notes["wgmma"] == 2 and p.notes["frag_fused"] == 1
+    b = p.tiles[id(g.ops[0].body.inputs[1].stensor)]  # B's ring tile [128, tl]
+    assert b.swizzle == 128 and b.atom == (64 if tl == 128 else 0)
+    mod = convert_to_gpu(g, Options(split=1)).module
+    loop = mod.split("iter_args", 1)[1].split("scf.yield", 1)[0]
+    first, second = loop.split("wgmma.commit_group", 1)
+    assert first.count("wgmma.mma_async.sync.aligned.m64n%dk16" % tl) == 128 // 16
+    assert second.count("wgmma.mma_async.sync.aligned.m64n%dk16" % th) == tl // 16
+    assert "nvgpu.ldmatrix" in first and "nvgpu.ldmatrix" not in second.split("llvm.inline_asm", 1)[0]
+    # C is read right after its matmul; E's group stays in flight to the body's end
+    assert "wgmma.wait_group" in second.split("wgmma.mma_async", 1)[0]
+    assert "wgmma.wait_group" not in second.split("wgmma.commit_group", 1)[1].split('"', 1)[0]
 
 
 def test_chain_not_fused_where_warps_share_rows():

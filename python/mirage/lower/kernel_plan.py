@@ -90,7 +90,20 @@ class Tile:
 
     @property
     def mtype2d(self) -> str:
+        if self.atom:  # the column blocks one under the other
+            return f"memref<{self.rows_alloc * self.cols // self.atom}x{self.atom}x{self.elt}, {SMEM}>"
         return f"memref<{self.rows_alloc}x{self.ld}x{self.elt}, {SMEM}>"
+
+    @property
+    def atom(self) -> int:
+        """Rows wider than a 128-byte swizzle are stored as column blocks of that width
+        (elements here; 0: rows stored whole), each block [rows_alloc, atom] row-major and
+        swizzled as `TileLayout.offset` says: Hopper's swizzle atoms, which wgmma reads
+        through a descriptor. Banks see the same chunks as in whole rows (both pitches
+        are multiples of 128 bytes), so the layout plan's conflict counts hold."""
+        if self.swizzle == 128 and self.inner_last and self.ld == self.cols and self.cols * self.itemsize > 128:
+            return 128 // self.itemsize
+        return 0
 
     @property
     def inner_last(self) -> bool:
@@ -112,19 +125,26 @@ class Tile:
         """`TileLayout.offset` of (row, col) for rows of n elements under the swizzle:
         the 16-byte chunk c of row r is stored at chunk c ^ ((r // per_phase) % (S // 16))."""
         vec = 16 // self.itemsize
+        blk = None
+        if self.atom and n == self.cols:
+            blk, col, n = e.div(col, self.atom), e.rem(col, self.atom), self.atom
         per_phase = max(1, 128 // (n * self.itemsize))
         phase = e.rem(e.div(row, per_phase), self.swizzle // 16)
-        return e.add(e.mul(row, n), e.add(e.mul(e.xor(e.div(col, vec), phase), vec), e.rem(col, vec)))
+        off = e.add(e.mul(row, n), e.add(e.mul(e.xor(e.div(col, vec), phase), vec), e.rem(col, vec)))
+        return off if blk is None else e.add(e.mul(blk, self.rows_alloc * n), off)
 
-    def chunk_col(self, e: Emitter, row: Idx, col: Idx) -> Idx:
-        """Physical column of the 16-byte chunk starting at logical (row, col) (col a
-        multiple of the chunk), for 2-d views [rows_alloc x ld] (ldmatrix addresses)."""
+    def ldm_index(self, e: Emitter, row: Idx, col: Idx) -> tuple:
+        """[row, column] in the 2-d view `mtype2d` of the 16-byte chunk starting at logical
+        (row, col) (col a multiple of the chunk): ldmatrix addresses."""
         if not self.swizzle:
-            return col
+            return row, col
         vec = 16 // self.itemsize
-        per_phase = max(1, 128 // (self.cols * self.itemsize))
+        n = self.atom or self.cols
+        per_phase = max(1, 128 // (n * self.itemsize))
         phase = e.rem(e.div(row, per_phase), self.swizzle // 16)
-        return e.mul(e.xor(e.div(col, vec), phase), vec)
+        if self.atom:
+            row, col = e.add(e.mul(e.div(col, n), self.rows_alloc), row), e.rem(col, n)
+        return row, e.mul(e.xor(e.div(col, vec), phase), vec)
 
     def offset_rc(self, e: Emitter, row: Idx, col: Idx) -> Idx:
         """Offset of element `col` of flattened row `row` (rows over all dims but the last)."""
@@ -861,21 +881,26 @@ class KernelPlan:
 
     def _wgmma_ok(self, op: Op) -> bool:
         """Whether matmul `op` can run as wgmma m64nNk16 with A from registers (each of the
-        block's 4 warps holds 16 rows: the mma.sync path's A fragments and C layout) and B
-        from shared memory through a descriptor: B's tile [K, N] is row-major with rows of
-        32, 64 or 128 bytes under the XOR swizzle of that width, which is the hardware's
-        swizzle mode of that width for an MN-major operand, every stage aligned to the
-        swizzle's 1024-byte period."""
-        if not self.opts.wgmma or self.nthreads != 128 or id(op) in self.a_from_regs:
+        block's 4 warps holds 16 rows: the mma.sync path's A fragments, from ldmatrix or
+        from the fragments of the matmul before it (`a_from_regs`), and C layout) and B
+        from shared memory through a descriptor: B's tile [K, N] is row-major, swizzled as
+        wide as its rows of 32, 64 or 128 bytes (the hardware's swizzle mode of that width
+        for an MN-major operand) or stored as 128-byte swizzled column blocks
+        (`Tile.atom`, N up to 256), every block aligned to the swizzle's 1024-byte period."""
+        if not self.opts.wgmma or self.nthreads != 128:
             return False
         a, b = op.inputs
         M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
         tile = self.tiles.get(id(b))
-        if M != 64 or K % 16 or a.dtype != b.dtype or tile is None or id(a) not in self.tiles or len(b.shape) != 2:
+        a_ok = id(a) in self.tiles or id(op) in self.a_from_regs
+        if M != 64 or K % 16 or N > 256 or a.dtype != b.dtype or tile is None or not a_ok or prod(b.shape[:-2]) != 1:
             return False
         row = N * tile.itemsize
-        return (tile.elt in ("f16", "bf16") and tile.inner_last and tile.ld == N and row in (32, 64, 128)
-                and tile.swizzle == row and tile.offset % 1024 == 0 and tile.stage_bytes % 1024 == 0)
+        if tile.elt not in ("f16", "bf16") or not tile.inner_last or tile.ld != N:
+            return False
+        blocks_ok = tile.atom and (tile.rows_alloc * 128) % 1024 == 0
+        return (tile.swizzle == row in (32, 64, 128) or bool(blocks_ok)) \
+            and tile.offset % 1024 == 0 and tile.stage_bytes % 1024 == 0
 
     @property
     def pdl(self) -> bool:

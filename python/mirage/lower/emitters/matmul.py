@@ -79,7 +79,8 @@ class MatmulEmitter:
         def b_frags(brow, nt) -> list[str]:
             n = 4 if paired else 2
             col = e.add(e.mul(nt, 8), acol0) if paired else e.mul(nt, 8)
-            f = e.op(f"nvgpu.ldmatrix {vb}[{e.idx(brow)}, {e.idx(tb_.chunk_col(e, brow, col))}] "
+            lr, lc = tb_.ldm_index(e, brow, col)
+            f = e.op(f"nvgpu.ldmatrix {vb}[{e.idx(lr)}, {e.idx(lc)}] "
                      f"{{numTiles = {n} : i32, transpose = true}} : {tb_.mtype2d} -> vector<{n}x2x{elt}>", "fb")
             if not paired:
                 return [f]
@@ -96,7 +97,8 @@ class MatmulEmitter:
                     fa = self.a_frag_from_regs(areg, jj // NT, k0 // 16, elt)
                 else:
                     ar = e.add(e.mul(mt, 16), arow)
-                    fa = e.op(f"nvgpu.ldmatrix {va}[{e.idx(ar)}, {e.idx(ta.chunk_col(e, ar, acol))}] "
+                    lr, lc = ta.ldm_index(e, ar, acol)
+                    fa = e.op(f"nvgpu.ldmatrix {va}[{e.idx(lr)}, {e.idx(lc)}] "
                               f"{{numTiles = 4 : i32, transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa")
                 if not paired or jj % 2 == 0:
                     fbs = b_frags(brow, nt)
@@ -126,46 +128,59 @@ class MatmulEmitter:
     def wgmma(self, op: Op, acc: list[str] | None) -> list[str]:
         """C (+)= A @ B on a warpgroup (the block's 4 warps, `KernelPlan._wgmma_ok`), one
         wgmma.mma_async m64nNk16 per 16 rows of K: A's fragments loaded by ldmatrix as
-        for mma.sync (warp w: rows 16w..16w+15), B read from shared memory through a
-        descriptor. All of K's steps are one asm statement, between a fence and the wait
-        for the group, so the accumulators stay in their registers while the tensor cores
-        run; the result is this warp's fragments in the mma.sync C layout (the wgmma D
-        layout for m64: d[4j + 2h + q] = row 8h + lane/4, column 8j + 2(lane%4) + q). In
-        the loop body (`wgmma_pending` None or True) the wait of a matmul whose accumulators
-        the loop carries is left to the body's end, so the body's matmuls run together, and
-        a second such matmul of the same A view reuses its fragments."""
+        for mma.sync (warp w: rows 16w..16w+15) or taken from the fragments of the matmul
+        before it (`a_from_regs`), B read from shared memory through a descriptor. All of
+        K's steps are one asm statement, between a fence and the wait for the group, so
+        the accumulators stay in their registers while the tensor cores run; the result
+        is this warp's fragments in the mma.sync C layout (the wgmma D layout for m64:
+        d[4j + 2h + q] = row 8h + lane/4, column 8j + 2(lane%4) + q). In the loop body
+        (`wgmma_pending` None or True) the wait of a matmul whose accumulators the loop
+        carries is left to the body's end, so the body's matmuls run together, and a
+        second such matmul of the same A view reuses its fragments."""
         e = self.e
         self.notes["mma"] += 1
         a, b = op.inputs
         M, K, N, MT, NT, T, tpw = self.p.mma_geometry(op)
-        ta, tb_ = self.p.tiles[id(a)], self.p.tiles[id(b)]
-        va, elt = self.views2d[id(a)], tb_.elt
+        tb_ = self.p.tiles[id(b)]
+        elt = tb_.elt
         zero = e.const("0.000000e+00", "vector<2x2xf32>")
         accs = acc or [zero] * NT
-        ar = e.add(e.mul(self.warp, 16), e.rem(self.lane, 16))
-        acol0 = e.mul(e.div(self.lane, 16), 8)
-        # deferred only for accumulators carried across the loop (read after it)
-        defer = self.wgmma_pending is not False and any(m is op for m in self.p.reg_acc.values())
-        aregs = self.a_frags.get(va, []) if defer else []
-        for ks in range(K // 16 if not aregs else 0):
-            acol = e.add(ks * 16, acol0)
-            fa = e.op(f"nvgpu.ldmatrix {va}[{e.idx(ar)}, {e.idx(ta.chunk_col(e, ar, acol))}] "
-                      f"{{numTiles = 4 : i32, transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa")
+
+        def regs(fa):  # the 4 registers of an A fragment
+            out = []
             for i in range(4):
                 v = e.op(f"vector.extract {fa}[{i}] : vector<2x{elt}> from vector<4x2x{elt}>", "av")
                 w = e.op(f"vector.bitcast {v} : vector<2x{elt}> to vector<1xi32>", "aw")
-                aregs.append(e.op(f"vector.extract {w}[0] : i32 from vector<1xi32>", "ar"))
-        if defer:
-            self.a_frags[va] = aregs
-        # B's descriptor: start address / 16, the stride of 8-row groups of K / 16 in both
-        # offset fields (B is one swizzle atom wide, so the other stride is never used, and
-        # this holds whichever field the MN-major layout reads), the swizzle mode
-        row = N * tb_.itemsize
+                out.append(e.op(f"vector.extract {w}[0] : i32 from vector<1xi32>", "ar"))
+            return out
+
+        # deferred only for accumulators carried across the loop (read after it)
+        defer = self.wgmma_pending is not False and any(m is op for m in self.p.reg_acc.values())
+        aregs: list[str] = []
+        if id(op) in self.p.a_from_regs:
+            vals = self.reg_vals[self.p.a_from_regs[id(op)]]
+            for ks in range(K // 16):
+                aregs += regs(self.a_frag_from_regs(vals, 0, ks, elt))
+        else:
+            ta, va = self.p.tiles[id(a)], self.views2d[id(a)]
+            aregs = self.a_frags.get(va, []) if defer else []
+            ar = e.add(e.mul(self.warp, 16), e.rem(self.lane, 16))
+            acol0 = e.mul(e.div(self.lane, 16), 8)
+            for ks in range(K // 16 if not aregs else 0):
+                lr, lc = ta.ldm_index(e, ar, e.add(ks * 16, acol0))
+                aregs += regs(e.op(f"nvgpu.ldmatrix {va}[{e.idx(lr)}, {e.idx(lc)}] {{numTiles = 4 : i32, "
+                                   f"transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa"))
+            if defer:
+                self.a_frags[va] = aregs
+        # B's descriptor: start address / 16, the leading byte offset (between 64-column
+        # blocks, `Tile.atom`; unused for B one swizzle atom wide) and the stride of 8-row
+        # groups of K, both / 16, the swizzle mode
+        pitch = 128 if tb_.atom else N * tb_.itemsize  # bytes from one row of K to the next
+        lead = tb_.rows_alloc * 128 if tb_.atom else 8 * pitch
         sp = e.op(f"memref.extract_aligned_pointer_as_index {self.views[id(b)]} : {tb_.mtype} -> index", "bp")
         addr = e.op(f"arith.index_cast {sp} : index to i64", "ba")
-        grp = 8 * row // 16
-        mode = {128: 1, 64: 2, 32: 3}[row]
-        bits = (grp << 16) | (grp << 32) | (mode << 62)
+        mode = {128: 1, 64: 2, 32: 3}[tb_.swizzle]
+        bits = (lead // 16 << 16) | (8 * pitch // 16 << 32) | (mode << 62)
         hi = e.op(f"arith.constant {bits - (1 << 64) if bits >= 1 << 63 else bits} : i64", "bd")  # as signed i64
         four, mask = e.op("arith.constant 4 : i64", "c"), e.op("arith.constant 16383 : i64", "c")
         lo = e.op(f"arith.andi {e.op(f'arith.shrui {addr}, {four} : i64', 'bs')}, {mask} : i64", "bl")
@@ -181,7 +196,7 @@ class MatmulEmitter:
             ra = ", ".join(f"${2 * nd + 4 * ks + i}" for i in range(4))
             body.append(f"wgmma.mma_async.sync.aligned.{shape} {{{dl}}}, {{{ra}}}, d, p, 1, 1, 1;")
             if ks + 1 < K // 16:
-                body.append(f"add.s64 d, d, {16 * row // 16};")
+                body.append(f"add.s64 d, d, {16 * pitch // 16};")
         body.append("wgmma.commit_group.sync.aligned;" + ("" if defer else " wgmma.wait_group.sync.aligned 0;") + " }")
         if defer:
             self.wgmma_pending = True
