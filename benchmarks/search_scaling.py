@@ -28,7 +28,10 @@ loses nothing beyond what N busy CPUs lose anyway.
 workers, forked, inherit it), each work unit's and each call's CPU (`time.process_time()`)
 and wall time, in DIR/<pid>.jsonl, and adds per run: the units' CPU (and against the same
 units in the one-worker run), the workers' CPU outside their calls, when their first
-calls began. How the 16-worker search's extra CPU was found (results/search_scaling.md).
+calls began (a unit cut into pieces: its pieces' CPU together), and how many units handed
+work back to idle workers (driver._Donated). How the 16-worker search's extra CPU was found
+(results/search_scaling.md). `--donate-min SECONDS` sets driver.DONATE_MIN (inf: no unit
+hands work back), to compare.
 Needs `pip install '.[ray]'` (not with `--executor local`). Writes
 benchmarks/results/search_scaling.md (or --out; `--executor local`: search_scaling_local.md).
 """
@@ -61,11 +64,23 @@ def _log(rec):
         f.write(json.dumps(rec) + "\n")
 
 
-def _traced_item(unit):
+def _traced_item(unit, piece=None):  # a piece of a unit (driver._Piece) is logged as its unit
     c, t = time.process_time(), time.time()
-    out = PLAIN["item"](unit)
+    out = PLAIN["item"](unit) if piece is None else PLAIN["item"](unit, piece)
     _log(["unit", repr(unit), t, time.time(), c, time.process_time()])
     return out
+
+
+class _Donated(D._Donated):
+    """The driver's, remembered: how many units handed work back (`run`)."""
+    last = None
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        _Donated.last = self
+
+
+D._Donated = _Donated
 
 
 def _traced_units(units):  # module-level: the pool sends it to the workers by name
@@ -92,9 +107,10 @@ def trace_summary(t0, one=None):
             recs = [r for r in map(json.loads, f) if r[2] >= t0]
         calls = sorted((r for r in recs if r[0] in ("call", "check")), key=lambda r: r[2])
         for r in recs:
-            if r[0] == "unit":
-                units[r[1]] = r[5] - r[4]
-                spans[r[1]] = (r[2] - t0, r[3] - t0)
+            if r[0] == "unit":  # a unit's pieces, on several workers, add up
+                units[r[1]] = units.get(r[1], 0.0) + r[5] - r[4]
+                a, b = spans.get(r[1], (r[2] - t0, r[3] - t0))
+                spans[r[1]] = (min(a, r[2] - t0), max(b, r[3] - t0))
         if calls:
             outside += calls[-1][5] - sum(r[5] - r[4] for r in calls)
             first.append(calls[0][2] - t0)
@@ -178,8 +194,13 @@ def main():
                     help="also N independent one-worker searches at once per worker count N > 1, or per N named "
                          "(the machine's scaling)")
     ap.add_argument("--trace", metavar="DIR", help="per-unit and per-call CPU and wall time of every process (local)")
+    ap.add_argument("--donate-min", type=float, metavar="SECONDS",
+                    help=f"driver.DONATE_MIN (default {D.DONATE_MIN:g}): how long a unit runs before it may hand the "
+                         "rest of its work to idle workers; inf: never")
     ap.add_argument("--out")
     a = ap.parse_args()
+    if a.donate_min is not None:
+        D.DONATE_MIN = a.donate_min  # before the pool forks its workers, which read it
     if a.trace:
         if a.executor != "local":
             ap.error("--trace needs --executor local (Ray's workers are not forked from this process)")
@@ -210,6 +231,7 @@ def main():
     # the worker counts of --independent: those named, else every count > 1 (none without it)
     at_n = set() if a.independent is None else set(a.independent or [w for w in ws if w > 1]) - {1}
     flags = (" --no-checks" if a.no_checks else "") + \
+        ("" if a.donate_min is None else f" --donate-min {a.donate_min:g}") + \
         ("" if a.independent is None else " --independent" + "".join(f" {n}" for n in a.independent))
     out = [f"# Search scaling over {'Ray workers' if a.executor == 'ray' else 'local worker processes'}", "",
            f"Date: {datetime.datetime.now():%Y-%m-%d %H:%M}. Driver: {platform.node()} ({platform.machine()}, "
@@ -241,13 +263,19 @@ def main():
         traces, one = [], None  # --trace: a line per run; the one-worker run's CPU per unit
         for w in ws:
             t0, wall0 = time.monotonic(), time.time()
+            _Donated.last = None
             res, enum, l0, l1, used = run(name, w, a)
             total = time.monotonic() - t0
+            dn, _Donated.last = _Donated.last, None
+            given = (f"; {dn.cut} unit(s) handed work back to idle workers ({dn.pieces} calls of pieces), "
+                     f"{dn.again} run again whole") if dn is not None else ""
             if a.trace:
                 per_unit, line = trace_summary(wall0, one)
                 one = per_unit if w == 1 and one is None else one
-                traces.append(f"- {w} worker(s): {line}")
+                traces.append(f"- {w} worker(s): {line}{given}")
                 print(traces[-1], flush=True)
+            elif given:
+                traces.append(f"- {w} worker(s){given}")
             if base is None:
                 base = (enum, total, res.stats.states, res.candidates[0].key)
             same = (res.stats.states, res.candidates[0].key) == base[2:]
@@ -273,7 +301,7 @@ def main():
             out.append(row)
             print(row, flush=True)
         if traces:
-            out += ["", f"Trace (--trace {a.trace}):", ""] + traces
+            out += ["", f"Trace (--trace {a.trace}):" if a.trace else "Work handed back (driver._Donated):", ""] + traces
         out.append("")
         # after each program: a run cut short by a time limit keeps the tables done
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)

@@ -5,7 +5,9 @@ graph-defined kernel over one input set with one schedule), cut where that kerne
 closes into several kernel states (`split`); each item runs the whole DFS below it in
 one worker process, builds and costs its complete candidates, and returns them with
 its statistics; units whose first kernel adds tensors of the same values go to one worker
-(their block-graph DFSs are replayed there), those of one kind where they can (`_Lanes`).
+(their block-graph DFSs are replayed there), those of one kind where they can (`_Lanes`);
+once nothing is left to deal, a unit still running hands the rest of its work to the
+idle workers (`_Piece`, `_Donated`).
 Results are merged, deduplicated by canonical key and sorted by (cost, key), so the
 outcome does not depend on which worker ran what; with a time limit, what finishes in
 time does. The best candidates are then checked
@@ -16,10 +18,12 @@ which return what they found so far.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import sys
 import time
+from collections import deque
 
 from ..core.graph import KNGraph
 from . import build as B
@@ -59,21 +63,26 @@ def _init_worker(deadline, stop_event, ref, cfg, pro=None, bound=None, device=DE
     _W["fold"] = pro.variants if pro is not None else None  # a core plan -> the plans it stands for
 
 
-def _run_item(item):
+def _run_item(item, piece=None):
+    """(found, stats) of work item (unit) `item`: its candidates (plan key -> (plan, cost
+    time, (Cost, graph key))) and its statistics. With `piece` = (lo, hi, budget), only the
+    pairs lo..hi of its kernel states (`_Piece`), stopping after `budget` seconds: returns
+    (found, stats, stop, pairs, keys) (`_Piece.result`)."""
     gen: Generator = _W["gen"]
     ref = _W["ref"]
     gen.stats = Stats()
     gen._memo = {}  # per item: what a worker ran before must not change what this item visits
     fold = _W.get("fold")
     found = {}
+    cut = None if piece is None else _Piece(gen, *piece)
     # the generator looks at the clock and the stop flag every 256 states only: each of
     # hundreds of items left would run up to that many before stopping (20 s past a 2 s limit)
     if gen.deadline is not None and time.monotonic() > gen.deadline:
         gen.stats.stopped = "time limit"
-        return found, gen.stats
+        return (found, gen.stats) if cut is None else cut.result(found)
     if gen.stop_flag is not None and gen.stop_flag.is_set():
         gen.stats.stopped = "interrupted"
-        return found, gen.stats
+        return (found, gen.stats) if cut is None else cut.result(found)
 
     def on_candidate(plan):
         # complete candidates are built (every builder validity check runs), costed and
@@ -92,34 +101,175 @@ def _run_item(item):
             found[key] = (plan, c.time, (c, B.graph_key(g)))
 
     gen.on_candidate = on_candidate
-    _walk(gen, item)
+    if cut is None:
+        _walk(gen, item)
+    else:
+        _walk(gen, item, cut.follow, count_prefix=cut.lo == 0)
     gen.stats.expr_checks = gen.T.checks
-    return found, gen.stats
+    return (found, gen.stats) if cut is None else cut.result(found)
 
 
-def _run_units(units: list):
-    """`_run_item` of each of `units` in turn, one after another on this worker's generator
-    (whose value memos the later ones reuse); their results merged."""
-    found, stats = {}, Stats()
-    for u in units:
-        f, s = _run_item(u)
+def _run_units(tasks: list):
+    """`_run_item` of each of `tasks` in turn, one after another on this worker's generator
+    (whose value memos the later ones reuse). A task is a unit, or (unit, lo, hi, budget):
+    a piece of it (`_Piece`; only the first of a call may stop early). Returns (found,
+    stats, pieces): the results of the whole units merged; per task that is a piece or
+    stopped, (its index, found, stats, stop, pairs, keys), kept apart: the driver merges a
+    unit's pieces once all have returned and their kernel states are disjoint (`_Donated`)."""
+    found, stats, pieces = {}, Stats(), []
+    cut = None  # where the first task stopped: the later ones (a group: `_Lanes`) stop there too,
+    # so that the rest of the group's pairs go into one call again, whose later units replay
+    # the first's block-graph DFSs
+    for i, t in enumerate(tasks):
+        if t[0] in ("op", "graph_def"):
+            f, s = _run_item(t)
+        else:
+            unit, lo, hi, budget = t
+            if i > 0:  # it replays the first's block-graph DFSs: its pairs cut off would run them anew
+                budget = float("inf")
+            if cut is not None:
+                hi = cut if hi is None else min(hi, cut)
+            f, s, stop, n, keys = _run_item(unit, (lo, hi, budget))
+            if cut is not None and n is not None and n > cut:
+                stop = cut
+            cut = stop if stop is not None else cut
+            if lo > 0 or t[2] is not None or stop is not None:
+                pieces.append((i, f, s, stop, n, keys))
+                continue
         stats.merge(s)
         for k, v in f.items():
             found.setdefault(k, v)
-    return found, stats
+    return found, stats, pieces
 
 
-def _walk(gen: Generator, item, follow=None) -> None:
+class _Piece:
+    """A unit's search after its kernel states restricted to the pairs lo..hi (hi None:
+    to the end) of their next kernel: (pre-defined op, None) or (graph-defined kernel's
+    inputs, one of its schedules), in `search_kernel`'s order. A unit of one state key
+    (`split`) expands one kernel state (the others of its key hit `search_kernel`'s memo),
+    so its pieces together run what it runs: GQA's largest unit at max_block_ops=11 is
+    7 such kernels and 1,547 pairs, none of whose kernel states passes the bound (the
+    second kernel's block-graph DFSs are all of its 2.9 s). The piece with lo == 0 counts
+    what the unit's first kernel and its kernel states count; each piece counts its
+    pairs' states and candidates. It stops before a pair, where an idle worker waits
+    (`executor.steal`, after DONATE_MIN seconds) or past `budget` seconds (inf: never):
+    `stop` is the first pair it did not run, which the driver hands to other pieces.
+    Pieces are the whole unit's run only where no kernel state below is expanded in two
+    of them (in one run the second would hit the memo): `keys` are their state keys
+    (`_state_digest`), which the driver compares (`_Donated`)."""
+
+    def __init__(self, gen: Generator, lo: int, hi: int | None, budget: float | None):
+        self.g, self.lo, self.hi, self.budget = gen, lo, hi, budget
+        self.stop = self.pairs = None
+        self.t0 = time.monotonic()
+
+    def follow(self, st) -> None:
+        """`search_kernel(st)` for a kernel state of the unit's first kernel, its expansion
+        restricted to the piece's pairs."""
+        g = self.g
+        counted = g.stats
+        if self.lo > 0:  # the arrivals at the unit's kernel states count in piece 0
+            g.stats = Stats()
+        try:
+            if g.stops_at(st):  # a candidate: found by every piece, counted in piece 0's stats
+                return
+            key = g.state_key(st)
+            memo = g._memo.get(key)
+            if memo is not None:
+                g.stats.pruned["memo"] += 1
+                g.stats = counted  # the tails are this piece's pairs': their candidates count here
+                for tail, outs in memo:
+                    g._emit((tuple(st["ops"]) + tail, outs))
+                return
+        finally:
+            g.stats = counted
+        pairs = []
+        for c in g.kernel_choices(st):
+            pairs += [(c, None)] if c[0] == "op" else [(c, s) for s in g.schedules_for(st, c[1])]
+        self.pairs = len(pairs)
+        n = len(st["ops"])
+        g._collectors.append([])
+        try:
+            for i in range(self.lo, len(pairs) if self.hi is None else min(self.hi, len(pairs))):
+                if i > self.lo and self._stop():
+                    self.stop = i
+                    break
+                c, s = pairs[i]
+                if s is None:
+                    g.expand(st, c)
+                else:
+                    for nst in g.graph_defs(st, c[1], [s]):
+                        g.search_kernel(nst)
+        finally:
+            got = g._collectors.pop()
+        g._memo[key] = [(p[0][n:], p[1]) for p in got]
+
+    def _stop(self) -> bool:
+        """Whether to stop before the next pair: past the budget, or, past DONATE_MIN
+        seconds, where an idle worker waits for work (`executor.steal`)."""
+        t = time.monotonic() - self.t0
+        if self.budget is not None:
+            return t > self.budget
+        return t >= DONATE_MIN and X.steal()
+
+    def result(self, found: dict) -> tuple:
+        """(found, stats, stop, pairs, keys): keys, the digests of the kernel states the
+        piece expanded below the unit's own (None where one cannot be compared)."""
+        g = self.g
+        keys, memo = frozenset(), {}
+        if self.lo > 0 or self.hi is not None or self.stop is not None:  # a piece: the driver compares
+            try:
+                keys = frozenset(_state_digest(g.T, k, memo) for k in g._memo if k[1] > 1)
+            except KeyError:  # an expression node `_expr_digest` does not know
+                keys = None
+        return found, g.stats, self.stop, self.pairs, keys
+
+
+def _expr_digest(T, e: int, memo: dict) -> bytes:
+    """A digest of expression `e` of table `T` that is the same in every process: the
+    table's ids depend on the order in which a process made its expressions, and it
+    sorts a sum's terms and a term's factors by id, so these are sorted by digest."""
+    d = memo.get(e)
+    if d is None:
+        node = T.nodes[e]
+        kind = node[0]
+        if kind == "expr":
+            parts = sorted(_expr_digest(T, m, memo) for m in node[1])
+        elif kind == "mono":
+            parts = (node[1], sorted(_expr_digest(T, f, memo) for f in node[2]),
+                     _expr_digest(T, node[3], memo) if node[3] else b"")
+        elif kind in ("exp", "sqrt"):
+            parts = _expr_digest(T, node[1], memo)
+        elif kind == "fn":
+            parts = (node[1], _expr_digest(T, node[2], memo))
+        elif kind in ("var", "const", "none"):
+            parts = node[1:]  # no ids
+        else:
+            raise KeyError(kind)
+        d = memo[e] = hashlib.blake2b(repr((kind, parts)).encode(), digest_size=16).digest()
+    return d
+
+
+def _state_digest(T, key: tuple, memo: dict) -> bytes:
+    """`Generator.state_key` `key` as a digest the same in every process (its expressions
+    by `_expr_digest`; the rest are shapes, class names, counts)."""
+    tensors, *rest = key
+    canon = (tuple((_expr_digest(T, e, memo), shape, classes, used) for e, shape, classes, used in tensors), rest)
+    return hashlib.blake2b(repr(canon).encode(), digest_size=16).digest()
+
+
+def _walk(gen: Generator, item, follow=None, count_prefix: bool = True) -> None:
     """The DFS below work item `item` (its candidates go to `gen.on_candidate`);
     `follow(state)` replaces the search after each kernel state of its graph-defined kernel.
     A part ("graph_def", I, sched, j, n) of a graph-defined item (`split`) searches only
     after the kernel states whose `state_key` is the j-th distinct one of the n its
     block-graph DFS makes: states of one key stay in one part, so `search_kernel`'s memo
     hits, and with them the states and counts, are those of the whole item. Part 0
-    counts that DFS (states, pruning); the others run it uncounted."""
+    counts that DFS (states, pruning); the others run it uncounted, as does every piece
+    of a unit but its first (`count_prefix` False: `_Piece`)."""
     st = gen.initial()
     counted = gen.stats
-    uncounted = counted if len(item) < 5 or item[3] == 0 else Stats()
+    uncounted = counted if (len(item) < 5 or item[3] == 0) and count_prefix else Stats()
     try:
         if item[0] == "op":
             nst = gen.apply_op(st, item)
@@ -128,10 +278,7 @@ def _walk(gen: Generator, item, follow=None) -> None:
             return
         follow = follow or gen.search_kernel
         kernels = gen.graph_defs(st, item[1], [item[2]])
-        if len(item) < 5:
-            for nst in kernels:
-                follow(nst)
-            return
+        part = item[3] if len(item) >= 5 else None
         keys: dict = {}
         while True:
             gen.stats = uncounted
@@ -141,7 +288,7 @@ def _walk(gen: Generator, item, follow=None) -> None:
                 return
             finally:
                 gen.stats = counted
-            if keys.setdefault(gen.state_key(nst), len(keys)) == item[3]:
+            if part is None or keys.setdefault(gen.state_key(nst), len(keys)) == part:
                 follow(nst)
     except Stop:
         counted.stopped = counted.stopped or uncounted.stopped
@@ -342,6 +489,91 @@ class _Lanes:
         self.lanes.append(new)
         self.busy.append(False)
         return len(self.lanes) - 1
+
+
+# a unit that has run this long hands the rest of its pairs back as pieces (`_Piece`) when
+# a worker is idle: a piece's first pairs on a worker that did not run its unit cost more
+# (the generator's value memos: GQA's largest units cut in 4, +0-22 %, ~0.1 s a piece)
+DONATE_MIN = 0.2
+
+
+class _Donated:
+    """The units cut into pieces while they ran (`_Piece`): with workers idle and nothing
+    left to deal, the driver says so (`pool.want`), and a unit that has run DONATE_MIN
+    seconds returns what it did and the first pair it did not run; the driver cuts the
+    pairs left into pieces for the idle workers (which may be cut again), and once all
+    have returned merges them, where no kernel state below the unit's own was expanded
+    in two pieces: then they visited what the whole unit visits. Otherwise (a state
+    reached from two pieces, which one run would have searched once) the unit runs
+    again whole, and its pieces are dropped. Without it the end of a 16-worker search
+    waited for the largest units: GQA's took up to 6.9 % of the work at max_block_ops=11
+    (16 workers' share: 6.25 %), and the deal left workers idle while the last ones ran
+    (results/search_scaling.md). Only units of one state key (`split`'s outputs) are cut:
+    their first kernel's states are expanded once."""
+
+    def __init__(self, units: list, meta: list, cfg: SearchConfig, workers: int):
+        # not under a state cap (its count is per unit), nor with one worker
+        self.ok = [cfg.max_states is None and workers > 1 and u[0] == "graph_def" and m[1] is not None
+                   for u, m in zip(units, meta)]
+        self.cut_ok = any(self.ok)
+        self.pending: deque = deque()  # (units, lo, hi): a call to submit, the units' pairs lo..hi
+        self.parts: dict = {}  # unit -> [pieces in flight, [(found, stats, keys)]]
+        self.cut = self.again = self.pieces = 0  # units cut; of them, run again whole; pieces made
+        self.transit = 0  # calls that stopped for an idle worker (`executor.steal`) and did not return yet
+
+    def can(self, k: int) -> bool:
+        return self.ok[k]
+
+    def returned(self, pieces: list, m: int = 2) -> list:
+        """The pieces of one call returned: (task, found, stats, stop, pairs, keys) each, a task
+        (unit, lo, hi, budget). Those that stopped (at one pair: `_run_units`) leave their
+        pairs from there to `m` new pieces (for the worker that ran the call and the idle
+        one it stopped for), the call's units together. Returns [(unit, its pieces' (found,
+        stats))] for the units whose pieces have all returned and can be merged; a unit
+        that cannot runs again whole, first."""
+        out, left = [], []
+        for (k, lo, hi, _), found, stats, stop, n, keys in pieces:
+            rec = self.parts.get(k)
+            if rec is None:
+                rec = self.parts[k] = [1, []]
+                self.cut += 1
+            rec[0] -= 1
+            rec[1].append((found, stats, keys))
+            if stop is not None:
+                left.append((k, stop, hi, n))
+        if left:
+            self.transit = max(0, self.transit - 1)
+            stop, hi = left[0][1], left[0][2]
+            end = max(x[3] for x in left) if hi is None else hi
+            m = max(1, min(end - stop, m))
+            for j in range(m):
+                a, b = stop + (end - stop) * j // m, stop + (end - stop) * (j + 1) // m
+                self.pending.append((tuple(x[0] for x in left), a, hi if j == m - 1 else b))
+            for x in left:
+                self.parts[x[0]][0] += m
+            self.pieces += m
+        for (k, *_), *_ in pieces:
+            rec = self.parts.get(k)
+            if rec is None or rec[0]:
+                continue
+            del self.parts[k]
+            parts = rec[1]
+            stopped = any(s.stopped for _, s, _ in parts)  # a time limit: what finished counts
+            seen: set = set()
+            for _, _, keys in parts:
+                if keys is None or (seen & keys and not stopped):
+                    self.again += 1
+                    self.pending.appendleft(((k,), 0, None))  # whole, no budget: merged as a unit
+                    break
+                seen |= keys
+            else:
+                out.append((k, [(f, s) for f, s, _ in parts]))
+        return out
+
+    def unfinished(self) -> list:
+        out = [(f, s) for rec in self.parts.values() for f, s, _ in rec[1]]
+        self.parts.clear()
+        return out
 
 
 def item_bound(gen: Generator, item, device: Target = DEFAULT) -> float:
@@ -584,8 +816,9 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     warm = gen if cfg.executor == "local" else None
     pool = checks.pool = X.make(cfg.executor, workers, _init_worker, (ref, cfg, pro, bound, device, True, warm),
                                 enumeration_deadline)
-    running: dict = {}  # the calls of work items in flight: pool handle -> (lane, units, start)
+    running: dict = {}  # the calls of work items in flight: pool handle -> (lane, tasks, start)
     ranked = (-1, [])  # (len(found), its ranking)
+    donated = _Donated(units, meta, cfg, workers)
 
     def deal(lane=None):
         # the checks that the ranking so far wants go first, beside the items, so that the
@@ -594,29 +827,52 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
         # never wrong: what is checked, and in which order, still follows from the final
         # ranking alone (`_verify_ranked`). Checks take half the workers at most, the items
         # the others. No call is queued behind the running ones: the worker that just
-        # returned `lane`'s call is likely the one idle, and takes that lane's next (`_Lanes`)
+        # returned `lane`'s call is likely the one idle, and takes that lane's next (`_Lanes`).
+        # The pieces of units that ran past their budget go before the lanes' next units:
+        # they are what is left of the largest units
         nonlocal ranked
         if cfg.verify:
             if ranked[0] != len(found):  # found only grows
                 ranked = (len(found), checks.rank(found)[0])
             checks.start(ranked[1], min(workers // 2 - len(checks.running), workers - len(pool.running)))
-        while stats.stopped != "interrupted" and lanes.left and len(pool.running) < workers:
-            nxt, lane = lanes.take(lane), None
+        while stats.stopped != "interrupted" and len(pool.running) < workers:
+            if donated.pending:
+                ks, lo, hi = donated.pending.popleft()
+                # (0, None): a unit run again whole (`_Donated`), which must not stop
+                tasks = [(k, lo, hi, float("inf") if lo == 0 and hi is None else None) for k in ks]
+                running[pool.submit(_run_units, [(units[k],) + t[1:] for k, t in zip(ks, tasks)])] = \
+                    (None, tasks, time.monotonic())
+                continue
+            nxt, lane = (lanes.take(lane) if lanes.left else None), None
             if nxt is None:
                 break
-            running[pool.submit(_run_units, [units[k] for k in nxt[1]])] = nxt + (time.monotonic(),)
+            tasks = [(k, 0, None, None) for k in nxt[1]]
+            arg = [(units[k], 0, None, None) if donated.can(k) else units[k] for k in nxt[1]]
+            running[pool.submit(_run_units, arg)] = (nxt[0], tasks, time.monotonic())
         if lane is not None:
             lanes.release(lane)
+        # idle workers with nothing to run: the calls that can hand work back do (`_Piece`),
+        # one for each, less those that did and have not returned yet (else a worker idle
+        # for a while would have many calls cut for it, each piece paying for its memos)
+        idle = workers - len(pool.running) - donated.transit
+        donated.transit += pool.want(idle if idle > 0 and not lanes.left and not donated.pending
+                                     and donated.cut_ok else 0)
 
     def collect():
-        """The lane whose call returned (its worker is idle), or None after a check."""
+        """The lane whose call returned (its worker is idle), or None after a check or a piece."""
         h, out = pool.next_done()
         if h not in running:
             checks.record(h, out)
             return None
-        lane, call, start = running.pop(h)
-        lanes.seen_call(call, time.monotonic() - start)
-        absorb(out, len(call))
+        lane, tasks, start = running.pop(h)
+        if lane is not None:
+            lanes.seen_call([t[0] for t in tasks], time.monotonic() - start)
+        f, s, pieces = out
+        absorb((f, s), len(tasks) - len(pieces))
+        for k, parts in donated.returned([(tasks[p[0]],) + p[1:] for p in pieces]):
+            for res in parts:  # unit k's pieces, all returned
+                absorb(res, 0)
+            progress.advance(1, status=enumeration_status(stats, found))
         return lane
 
     try:
@@ -631,6 +887,8 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
             deadline = min(deadline, time.monotonic() + INTERRUPT_GRACE)
             while running:  # the items in flight return what they found so far
                 collect()
+        for res in donated.unfinished():  # interrupted: the pieces that returned, as found
+            absorb(res, 0)
         progress.end()
         return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, checks, deadline, progress)
     finally:

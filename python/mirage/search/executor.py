@@ -15,6 +15,10 @@ the generator looks at both every 256 states and returns what it found so far.
   the call raised, `TimeoutError` after `timeout` seconds); `running`: the calls in flight;
 - `stop()`: running work items return what they have found so far, later ones nothing
   (the checks of candidates run on);
+- `want(n)`: n workers are idle with nothing to run; a running call that can hand part of
+  its work back (the driver's `_Piece`) asks `steal()`, which is true for n of them
+  (each takes one), and returns early with the rest of its work; returns how many of
+  the previous `want`'s were taken;
 - `terminate()`: abandon the calls in flight (their processes are killed);
 - `close()`: the calls still in flight are abandoned too.
 
@@ -65,8 +69,11 @@ class LocalPool:
         ctx = mp.get_context("fork")
         self.workers = workers
         self._stop = ctx.Event()
+        self._want = ctx.Value("i", 0)  # `want`: shared with the workers
+        self._wanted = 0
         with _one_blas_thread() as inherited:  # mp's Pool forks its workers here
-            self._pool = ctx.Pool(workers, _local_init, (init, not inherited, deadline, self._stop) + tuple(init_args))
+            self._pool = ctx.Pool(workers, _local_init,
+                                  (init, not inherited, self._want, deadline, self._stop) + tuple(init_args))
         self._ids = itertools.count()
         self._done: queue.Queue = queue.Queue()  # (handle, result, exception), filled by the pool's thread
         self.running: set = set()
@@ -91,6 +98,12 @@ class LocalPool:
     def stop(self) -> None:
         self._stop.set()
 
+    def want(self, n: int) -> int:
+        with self._want.get_lock():
+            taken, self._wanted = self._wanted - self._want.value, n
+            self._want.value = n
+        return taken
+
     def terminate(self) -> None:
         self._pool.terminate()
         self.running.clear()
@@ -103,10 +116,31 @@ class LocalPool:
         self._pool.join()
 
 
-def _local_init(init, set_blas, *args):
+_wanted = {"want": None}  # in a worker process: where `steal` looks (`want`)
+
+
+def steal() -> bool:
+    """In a worker: whether an idle worker waits for work (`want`), which this call then
+    gives (one of those asked for: the count goes down by one)."""
+    w = _wanted["want"]
+    if w is None:
+        return False
+    if isinstance(w, _RemoteWant):
+        return w.steal()
+    if w.value <= 0:  # without the lock: asked at every step of a long call
+        return False
+    with w.get_lock():
+        if w.value <= 0:
+            return False
+        w.value -= 1
+        return True
+
+
+def _local_init(init, set_blas, want, *args):
     # a driver connected to Ray has Ray's SIGTERM handler, which its forked children
     # inherit: it would print a crash report when `terminate()` stops them
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _wanted["want"] = want
     if set_blas:  # the parent could not fork them at one BLAS thread (`_one_blas_thread`)
         set_blas_threads(1)
     init(*args)
@@ -197,6 +231,7 @@ class RayPool:
         wall = None if deadline is None else time.time() + (deadline - time.monotonic())
         self._context = ray.put((init, tuple(init_args), wall))
         self.running: set = set()  # object refs of the calls in flight
+        self._wanted = 0
 
     def submit(self, fn, arg):
         # the context travels inside a list, so that Ray does not fetch it for every call:
@@ -216,6 +251,12 @@ class RayPool:
     def stop(self) -> None:
         self._ray.get(self._flags.set.remote(self._token))
 
+    def want(self, n: int) -> int:
+        if n == self._wanted == 0:  # the driver says it after every call: the actor hears the others
+            return 0
+        self._wanted = n
+        return self._ray.get(self._flags.want.remote(self._token, n))
+
     def terminate(self) -> None:
         for ref in self.running:
             self._ray.cancel(ref, force=True)
@@ -233,12 +274,29 @@ class _StopFlags:
 
     def __init__(self):
         self._stopped: set = set()
+        self._want: dict = {}  # token -> (`RayPool.want`'s count, less the steals since; that count)
 
     def set(self, token: str) -> None:
         self._stopped.add(token)
 
     def clear(self, token: str) -> None:
         self._stopped.discard(token)
+        self._want.pop(token, None)
+
+    def want(self, token: str, n: int) -> int:
+        left, asked = self._want.get(token, (0, 0))
+        self._want[token] = (n, n)
+        return asked - left
+
+    def wanted(self, token: str) -> int:
+        return self._want.get(token, (0, 0))[0]
+
+    def steal(self, token: str) -> bool:
+        left, asked = self._want.get(token, (0, 0))
+        if left <= 0:
+            return False
+        self._want[token] = (left - 1, asked)
+        return True
 
     def is_set(self, token: str) -> bool:
         return token in self._stopped
@@ -268,6 +326,29 @@ class _RemoteFlag:
         return self._set
 
 
+class _RemoteWant:
+    """`steal()` on a Ray worker: asks the actor how many workers wait at most every `POLL`
+    seconds, without waiting for the answer, and takes one (a call to the actor) only
+    where some did."""
+
+    def __init__(self, flags, token: str):
+        self._flags, self._token = flags, token
+        self._asked = None
+        self._last = 0.0
+
+    def steal(self) -> bool:
+        import ray
+
+        if self._asked is not None and ray.wait([self._asked], timeout=0)[0]:
+            n, self._asked = ray.get(self._asked), None
+            if n > 0:
+                return ray.get(self._flags.steal.remote(self._token))
+        if self._asked is None and time.monotonic() - self._last >= POLL:
+            self._asked = self._flags.wanted.remote(self._token)
+            self._last = time.monotonic()
+        return False
+
+
 _context = {"token": None}  # on a Ray worker: the search it is set up for
 
 
@@ -280,5 +361,6 @@ def _task(token: str, context: list, flags, fn, arg):
         deadline = None if wall is None else time.monotonic() + (wall - time.time())
         set_blas_threads(1)  # one task per CPU (a Ray worker is not forked from the driver: no restart)
         init(deadline, _RemoteFlag(flags, token), *init_args)
+        _wanted["want"] = _RemoteWant(flags, token)
         _context["token"] = token
     return fn(arg)

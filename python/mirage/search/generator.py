@@ -455,17 +455,7 @@ class Generator:
         (the abstract values, shapes and classes of its tensors, which of them are
         consumed, and the budgets left): different block graphs producing the same
         tensors share one search of what follows."""
-        self.check()
-        self.stats.kernel_states += 1
-        plan = self.complete(st)
-        if plan is not None:
-            self._emit(plan)
-            return
-        if not self.budget_ok(st):
-            self.stats.pruned["budget"] += 1
-            return
-        if self.bound is not None and st["ops"] and self.partial_cost(st) > self.bound:
-            self.stats.pruned["bound"] += 1  # what follows only adds kernels
+        if self.stops_at(st):
             return
         key = self.state_key(st)
         memo = self._memo.get(key)
@@ -482,6 +472,24 @@ class Generator:
         finally:
             got = self._collectors.pop()
         self._memo[key] = [(p[0][n:], p[1]) for p in got]
+
+    def stops_at(self, st) -> bool:
+        """`search_kernel`'s checks at kernel state `st` before its memo (the state counted):
+        whether the search stops there (a complete candidate, emitted; the budget or the
+        bound exceeded, counted). Also driver._Piece's, which expands part of a state."""
+        self.check()
+        self.stats.kernel_states += 1
+        plan = self.complete(st)
+        if plan is not None:
+            self._emit(plan)
+            return True
+        if not self.budget_ok(st):
+            self.stats.pruned["budget"] += 1
+            return True
+        if self.bound is not None and st["ops"] and self.partial_cost(st) > self.bound:
+            self.stats.pruned["bound"] += 1  # what follows only adds kernels
+            return True
+        return False
 
     @staticmethod
     def state_key(st) -> tuple:
