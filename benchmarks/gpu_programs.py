@@ -90,17 +90,20 @@ def build(a) -> int:
     return 1 if failed else 0
 
 
-def check_and_time(run_dir: str, name: str, variants, fn, inputs, in_bytes: int) -> dict:
+def check_and_time(run_dir: str, name: str, variants, fn, inputs, in_bytes: int, steady: bool = False) -> dict:
     """Each bundle `<run_dir>/<name>_<variant>` there is, checked against fp32 `fn` on fresh
     `inputs()` (NaN-poisoned output, launched twice), then timed replayed from CUDA graphs
     with inputs rotating over sets spanning 4x the L2 cache; then PyTorch on the same sets:
     eager, torch.compile, torch.compile in a CUDA graph. Returns {"cols": {variant: us,
     err, chosen (a variant bundle's pick), kernels}, "eager", "compile", "compile_graph",
-    "sets", "graphed", "out_numel"}."""
+    "sets", "graphed", "out_numel"}; with `steady`, also back to back (`gpu_bench.steady_fn`:
+    the faster of a graph and a loop for ours, a loop for eager and compile, a graph for
+    compile+graph): each column's "steady" and "s_eager", "s_compile", "s_compile_graph",
+    and "steadied" (as "graphed", back to back)."""
     import torch
 
     import mirage.runtime as rt
-    from gpu_bench import bench_fn, graphed
+    from gpu_bench import bench_fn, graphed, steady_fn
     from gpu_check import rel_err
 
     l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
@@ -109,7 +112,8 @@ def check_and_time(run_dir: str, name: str, variants, fn, inputs, in_bytes: int)
     ref0 = fn(*[x.float() for x in sets[0]])
     outs = [torch.empty(ref0.shape, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
     r = {"name": name, "cols": {}, "sets": sets, "out_numel": ref0.numel(),
-         "graphed": lambda f: bench_fn(graphed(lambda i: f(*sets[i]), n_sets), n_sets)}
+         "graphed": lambda f: bench_fn(graphed(lambda i: f(*sets[i]), n_sets), n_sets),
+         "steadied": lambda f: steady_fn(lambda i: f(*sets[i]), n_sets)}
     for v in variants:
         path = os.path.join(run_dir, f"{name}_{v}")
         if not os.path.isdir(path):
@@ -125,12 +129,19 @@ def check_and_time(run_dir: str, name: str, variants, fn, inputs, in_bytes: int)
         chosen = getattr(k, "report", {}).get("variant", "")
         kernels = len(rt.load_bundle(os.path.join(path, chosen) if chosen else path).manifest.kernels)
         r["cols"][v] = dict(us=us, err=err, chosen=chosen, kernels=kernels)
+        if steady:
+            r["cols"][v]["steady"] = min(steady_fn(lambda i: k(*sets[i], out=[outs[i]]), n_sets),
+                                         steady_fn(lambda i: k(*sets[i]), n_sets, graph=False))
         print(f"{name:24s} {v:11s} {us:8.1f} µs  {kernels} kernel(s)" + (f" ({chosen})" if chosen else "")
-              + f"  err {err:.1e}", flush=True)
+              + (f", back to back {r['cols'][v]['steady']:.1f} µs" if steady else "") + f"  err {err:.1e}", flush=True)
     r["eager"] = bench_fn(lambda i: fn(*sets[i]), n_sets)
     cfn = torch.compile(fn, dynamic=False)
     r["compile"] = bench_fn(lambda i: cfn(*sets[i]), n_sets)
     r["compile_graph"] = r["graphed"](cfn)
+    if steady:
+        r["s_eager"] = steady_fn(lambda i: fn(*sets[i]), n_sets, graph=False)
+        r["s_compile"] = steady_fn(lambda i: cfn(*sets[i]), n_sets, graph=False)
+        r["s_compile_graph"] = r["steadied"](cfn)
     return r
 
 

@@ -534,7 +534,7 @@ def test_variant_bundle_with_split_choices(tmp_path):
 
     g, ref = BENCHMARKS["rmsnorm_linear"].fused(1), BENCHMARKS["rmsnorm_linear"].reference(1)
     names = [s for s, _ in tuning_choices(g)]
-    assert names[:3] == ["", "-split2", "-split8"]  # the default splits by 4
+    assert names[:4] == ["", "-split1", "-split2", "-split8"]  # the default splits by 4
     assert "-t512" in names and "-split2-t512" in names  # 96 x 4 blocks of 4 warps: larger blocks too
     nt = BENCHMARKS["ntrans"].fused(1)  # 8 blocks, no loop: larger blocks are worth a try
     assert [s for s, _ in tuning_choices(nt)] == ["", "-t512"]
@@ -543,6 +543,7 @@ def test_variant_bundle_with_split_choices(tmp_path):
     grids = {n: [k.grid for k in b.manifest.kernels] for n, b in bundles}
     assert set(grids) == {"c0" + s for s in names} | {"reference"} and idx["reference"] == "reference"
     assert grids["c0"] == [[96, 1, 4]] and grids["c0-split2"] == [[96, 1, 2]] and grids["c0-split8"] == [[96, 1, 8]]
+    assert grids["c0-split1"] == [[96, 1, 1]]
     blocks = {n: [k.block for k in b.manifest.kernels] for n, b in bundles}
     assert blocks["c0-split2-t512"] == [[512, 1, 1]] and blocks["c0"] == [[128, 1, 1]]
 

@@ -110,11 +110,11 @@ def compile(g, target: str = "sm_90", out_dir: str | None = None,
     return cg
 
 
-def tuning_choices(g, options: Options | None = None, factors=(2, 4, 8),
+def tuning_choices(g, options: Options | None = None, factors=(1, 2, 4, 8),
                    threads=(256, 512)) -> list[tuple[str, Options]]:
     """Lowering options worth timing for `g` besides the default (none changes what `g`
-    computes): each split factor of the for-loops (Options.split) that changes some
-    kernel's split from the default choice and, where a graph-defined kernel keeps fewer
+    computes): each split factor of the for-loops (Options.split; 1: none) that changes
+    some kernel's split from the default choice and, where a graph-defined kernel keeps fewer
     warps in flight than a quarter of the machine's (latency-bound), larger blocks
     (Options.threads), alone and with each split. [(suffix, Options)], the default first
     with suffix ''."""

@@ -273,18 +273,47 @@ def split_ok(tb: TBGraph) -> bool:
 
 
 def choose_split(tb: TBGraph, opts: "Options") -> int:
-    """Split the for-loop when the grid has fewer blocks than 3/4 of the multiprocessors:
-    the largest divisor s of the loop range with blocks * s <= 4 * SMs and at least two
-    iterations per block left (so the cp.async ring still prefetches); a long loop with no
-    such divisor (17 steps of 241 keys) runs one iteration a block, up to 16 blocks an SM."""
+    """Split the for-loop when the grid has fewer blocks than 3/4 of the multiprocessors
+    (and, for a loop whose matmuls compute much on what it streams, fewer than 1/4 of
+    them): the largest divisor s of the loop range with blocks * s <= 4 * SMs and at least
+    two iterations per block left (so the cp.async ring still prefetches); a long loop with
+    no such divisor (17 steps of 241 keys) runs one iteration a block, up to 16 blocks an SM."""
     if opts.split:
         return opts.split if split_ok(tb) and tb.forloop_range % opts.split == 0 else 1
-    return default_split(prod(tb.grid_dim), tb.forloop_range, opts.sms) if split_ok(tb) else 1
+    if not split_ok(tb):
+        return 1
+    return default_split(prod(tb.grid_dim), tb.forloop_range, opts.sms, loop_intensity(tb))
 
 
-def default_split(blocks: int, R: int, sms: int) -> int:
-    """`choose_split`'s rule for a loop that may split: a grid of `blocks`, a loop of `R`."""
-    if blocks >= 0.75 * sms:
+def loop_intensity(tb: TBGraph) -> float:
+    """FLOPs of the matmuls in the for-loop's body an iteration (those reading what the loop
+    streams, before an accumulator) per byte of the tiles it streams (the inputs that vary
+    with the loop); 0 where nothing streams."""
+    varying = {id(r.stensor) for r in tb.inputs if r.forloop_dim != -1}
+    streamed = sum(prod(r.stensor.shape) * r.stensor.dtype.itemsize for r in tb.inputs if r.forloop_dim != -1)
+    flops = 0
+    for op in tb.ops:
+        if op.kind.startswith("forloop_accum") or not any(id(t) in varying for t in op.inputs):
+            continue
+        varying |= {id(t) for t in op.outputs}
+        if op.kind == "matmul":
+            flops += 2 * prod(op.outputs[0].shape) * op.inputs[0].shape[-1]
+    return flops / streamed if streamed else 0.0
+
+
+# a loop that computes at least this many FLOPs a streamed byte (a block of 64 rows of a GEMM
+# chain or of attention: 64-65; a GEMV's rows: 1-16) is not split from a quarter of the SMs
+# on: each split block repeats the prologue and fills the ring again for a few iterations,
+# and the partials' combine follows. H100, the chains' picks with and without their default
+# split (benchmarks/results/mbci.md, 2026-11-25 07:11): S2 (96 blocks, 8 iterations) 19.9 ->
+# 14.0 us unsplit (split 4), S4 (48 blocks) 12.7 -> 10.3, G7 (64 blocks) 9.9 -> 8.4
+COMPUTE_BOUND_INTENSITY = 32.0
+
+
+def default_split(blocks: int, R: int, sms: int, intensity: float = 0.0) -> int:
+    """`choose_split`'s rule for a loop that may split: a grid of `blocks`, a loop of `R`
+    computing `intensity` FLOPs a streamed byte (`loop_intensity`)."""
+    if blocks >= 0.75 * sms or (intensity >= COMPUTE_BOUND_INTENSITY and 4 * blocks >= sms):
         return 1
     best = 1
     for s in range(2, R + 1):

@@ -147,11 +147,17 @@ def blocks(c: Chain, t: Tiling) -> int:
 def launched_blocks(c: Chain, t: Tiling, sms: int) -> int:
     """Blocks the lowering launches: `blocks`, times the split of the for-loop over blocks
     that it chooses for a grid under 3/4 of the SMs (`lower.kernel_plan.default_split`, the
-    rule of `choose_split`). The chain's accumulators are plain sums, so its loop splits."""
+    rule of `choose_split`, with the loop's `loop_intensity`). The chain's accumulators are
+    plain sums, so its loop splits."""
     from ..lower.kernel_plan import default_split
 
     nb = blocks(c, t)
-    return nb * default_split(nb, (c.N if t.form == "n" else c.K) // t.tl, sms)
+    if t.form == "n":  # B [K, tl] and D [tl, th] stream; C = A @ B, then C @ D
+        flops, streamed = 2 * t.tm * t.tl * (c.K + t.th), t.tl * (c.K + t.th)
+    else:  # A [tm, tl] and B [tl, N] stream; C += A @ B
+        flops, streamed = 2 * t.tm * t.tl * c.N, t.tl * (t.tm + c.N)
+    intensity = flops / (streamed * c.itemsize)
+    return nb * default_split(nb, (c.N if t.form == "n" else c.K) // t.tl, sms, intensity)
 
 
 def warp_resident(c: Chain, t: Tiling, warps: int) -> bool:
