@@ -1,5 +1,6 @@
-"""Units cut while they run (driver._Piece, driver._Donated): a unit that runs past its
-budget hands the pairs of its next kernel it did not run to other workers. Its pieces
+"""Units cut while they run (driver._Piece, driver._Donated): a unit still running when a
+worker is idle (or past a budget: these tests) hands the pairs of its next kernel it did
+not run to other workers. Its pieces
 together must visit what the unit visits whole, the driver must merge them only where no
 kernel state below was expanded in two of them (else run the unit again whole), and the
 search must find what one worker finds however the units are cut."""
@@ -49,7 +50,7 @@ def test_a_unit_cut_at_every_pair_visits_what_it_visits_whole(name):
         assert _summary(runs) == _summary([whole])
         compared += 1
         pieces += n
-    assert compared >= 20 and pieces > 5 * compared  # GQA 61 units, 1,580 pieces
+    assert compared >= 20 and pieces > 5 * compared  # most units that can be cut reach a next kernel
 
 
 def test_a_piece_past_its_budget_stops_at_a_pair_and_the_rest_completes_it():

@@ -828,8 +828,8 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
         # ranking alone (`_verify_ranked`). Checks take half the workers at most, the items
         # the others. No call is queued behind the running ones: the worker that just
         # returned `lane`'s call is likely the one idle, and takes that lane's next (`_Lanes`).
-        # The pieces of units that ran past their budget go before the lanes' next units:
-        # they are what is left of the largest units
+        # The pieces of units that stopped for an idle worker go before the lanes' next
+        # units (there are none left by then, but for a unit that runs again whole)
         nonlocal ranked
         if cfg.verify:
             if ranked[0] != len(found):  # found only grows
