@@ -276,8 +276,9 @@ def choose_split(tb: TBGraph, opts: "Options") -> int:
     """Split the for-loop when the grid has fewer blocks than 3/4 of the multiprocessors
     (and, for a loop whose matmuls compute much on what it streams, fewer than 1/4 of
     them): the largest divisor s of the loop range with blocks * s <= 4 * SMs and at least
-    two iterations per block left (so the cp.async ring still prefetches); a long loop with
-    no such divisor (17 steps of 241 keys) runs one iteration a block, up to 16 blocks an SM."""
+    MIN_SPLIT_ITERS iterations per block left (each split block fills the cp.async ring
+    again, and the partials are combined after); a long loop of a prime count of steps (17
+    steps of 241 keys) runs one iteration a block, up to 16 blocks an SM."""
     if opts.split:
         return opts.split if split_ok(tb) and tb.forloop_range % opts.split == 0 else 1
     if not split_ok(tb):
@@ -310,6 +311,13 @@ def loop_intensity(tb: TBGraph) -> float:
 COMPUTE_BOUND_INTENSITY = 32.0
 
 
+# fewest iterations a split block keeps. H100, pre-defined matmuls [512, 512] @ [512, 256] in 64
+# blocks of 64 x 32 with 4 K steps (benchmarks/results/mbci.md, 2026-11-25 07:50): split 2
+# (2 steps a block) 11.0 us, unsplit 7.4; the same for G4-G8's second GEMMs, and [1024, 1024]
+# @ [1024, 128] (8 steps, split 4) 12.9 against 8.8
+MIN_SPLIT_ITERS = 4
+
+
 def default_split(blocks: int, R: int, sms: int, intensity: float = 0.0) -> int:
     """`choose_split`'s rule for a loop that may split: a grid of `blocks`, a loop of `R`
     computing `intensity` FLOPs a streamed byte (`loop_intensity`)."""
@@ -317,10 +325,10 @@ def default_split(blocks: int, R: int, sms: int, intensity: float = 0.0) -> int:
         return 1
     best = 1
     for s in range(2, R + 1):
-        if R % s == 0 and blocks * s <= 4 * sms and R // s >= 2:
+        if R % s == 0 and blocks * s <= 4 * sms and R // s >= MIN_SPLIT_ITERS:
             best = s
-    if best == 1 and R >= 8 and blocks * R <= 16 * sms:
-        best = R
+    if best == 1 and R >= 8 and blocks * R <= 16 * sms and all(R % d for d in range(2, R)):
+        best = R  # a long loop of a prime count of steps: one a block
     return best
 
 
