@@ -32,6 +32,12 @@ calls began (a unit cut into pieces: its pieces' CPU together), and how many uni
 work back to idle workers (driver._Donated). How the 16-worker search's extra CPU was found
 (results/search_scaling.md). `--donate-min SECONDS` sets driver.DONATE_MIN (inf: no unit
 hands work back), to compare.
+
+The runs of a program after its first deal from the group times its run before recorded
+(driver._LEARNED: the largest groups first), as any search of the same program and units
+after one in the same process does; `--cold` forgets them before each run, so that every
+run deals as a first search. The trace lines say which.
+
 Needs `pip install '.[ray]'` (not with `--executor local`). Writes
 benchmarks/results/search_scaling.md (or --out; `--executor local`: search_scaling_local.md).
 """
@@ -197,6 +203,9 @@ def main():
     ap.add_argument("--donate-min", type=float, metavar="SECONDS",
                     help=f"driver.DONATE_MIN (default {D.DONATE_MIN:g}): how long a unit runs before it may hand the "
                          "rest of its work to idle workers; inf: never")
+    ap.add_argument("--cold", action="store_true",
+                    help="every search deals as a first search: the group times of the earlier runs of the "
+                         "program (driver._LEARNED) forgotten before each")
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.donate_min is not None:
@@ -231,7 +240,7 @@ def main():
     # the worker counts of --independent: those named, else every count > 1 (none without it)
     at_n = set() if a.independent is None else set(a.independent or [w for w in ws if w > 1]) - {1}
     flags = (" --no-checks" if a.no_checks else "") + \
-        ("" if a.donate_min is None else f" --donate-min {a.donate_min:g}") + \
+        ("" if a.donate_min is None else f" --donate-min {a.donate_min:g}") + (" --cold" if a.cold else "") + \
         ("" if a.independent is None else " --independent" + "".join(f" {n}" for n in a.independent))
     out = [f"# Search scaling over {'Ray workers' if a.executor == 'ray' else 'local worker processes'}", "",
            f"Date: {datetime.datetime.now():%Y-%m-%d %H:%M}. Driver: {platform.node()} ({platform.machine()}, "
@@ -264,11 +273,16 @@ def main():
         for w in ws:
             t0, wall0 = time.monotonic(), time.time()
             _Donated.last = None
+            if a.cold:
+                D._LEARNED.clear()
+            learned = bool(D._LEARNED) and base is not None  # this program's earlier run recorded its times
             res, enum, l0, l1, used = run(name, w, a)
             total = time.monotonic() - t0
             dn, _Donated.last = _Donated.last, None
             given = (f"; {dn.cut} unit(s) handed work back to idle workers ({dn.pieces} calls of pieces), "
                      f"{dn.again} run again whole") if dn is not None else ""
+            if w > 1:
+                given = ("; dealt from the group times of the run before" if learned else "; dealt cold") + given
             if a.trace:
                 per_unit, line = trace_summary(wall0, one)
                 one = per_unit if w == 1 and one is None else one

@@ -21,6 +21,30 @@ def gqa():
     return _items("gqa")
 
 
+def deal_all(lanes, workers, rnd, release=0.1):
+    """The calls `lanes` deals to `workers` workers whose calls return in a random order, a
+    worker going off to a check (its lane released) with probability `release`."""
+    calls, flight = [], []
+
+    def deal(lane=None):
+        nxt = lanes.take(lane) if lanes.left else None
+        if nxt is not None:
+            flight.append(nxt)
+            calls.append(nxt[1])
+
+    for _ in range(workers):
+        deal()
+    while flight:
+        lane, call = flight.pop(rnd.randrange(len(flight)))
+        lanes.seen_call(call, rnd.random() * len(call))
+        if rnd.random() < release:
+            lanes.release(lane)
+            deal()
+        else:
+            deal(lane)
+    return calls
+
+
 def test_lanes_deal_groups_whole(gqa):
     *_, gen, items = gqa
     units, meta = D.split(gen, items)
@@ -31,28 +55,9 @@ def test_lanes_deal_groups_whole(gqa):
             by_outs.setdefault(o, []).append(k)
     assert sum(len(g) > 1 for g in by_outs.values()) >= 5  # the program has groups to deal (5 of 2 units)
     for seed in range(5):
-        rnd = random.Random(seed)
         lanes = D._Lanes(units, meta, workers=4)
         assert sorted(lanes.order) == list(range(len(units)))
-        calls, flight = [], []
-
-        def deal(lane=None):
-            nxt = lanes.take(lane) if lanes.left else None
-            if nxt is not None:
-                flight.append(nxt)
-                calls.append(nxt[1])
-            return nxt
-
-        for _ in range(4):
-            deal()
-        while flight:
-            lane, call = flight.pop(rnd.randrange(len(flight)))
-            lanes.seen_call(call, rnd.random() * len(call))
-            if rnd.random() < 0.1:
-                lanes.release(lane)
-                deal()
-            else:
-                deal(lane)
+        calls = deal_all(lanes, 4, random.Random(seed))
         assert sorted(k for c in calls for k in c) == list(range(len(units)))
         for g in by_outs.values():  # each group in one call
             assert sum(1 for c in calls if set(g) & set(c)) == 1, g

@@ -403,9 +403,12 @@ class _Lanes:
     as before the groups) put GQA's largest groups (1-2.7 s at max_block_ops=10, where
     16 workers' share is 2.3 s) beside others in one call: 16 virtual workers
     (results/search_scaling.md, 2026-11-25) took 2.9 and 4.1 s, a group a call 3.0 and
-    3.1 s. Which worker runs what changes no result: the units are independent."""
+    3.1 s. With `learned` (a group's first unit -> its time in an earlier search of the same
+    units: `_LEARNED`), the largest groups are lanes of their own, dealt first, and the
+    estimates are those times. Which worker runs what changes no result: the units are
+    independent."""
 
-    def __init__(self, units: list, meta: list, workers: int = 1):
+    def __init__(self, units: list, meta: list, workers: int = 1, learned: dict | None = None):
         self.workers = workers
         groups, of_outs = [], {}
         for k in sorted(range(len(units)), key=lambda k: (_kind(units[k]), k)):
@@ -429,6 +432,21 @@ class _Lanes:
         self.keys = [(meta[g[0]][0] >= 1.0,) + (("op",) if units[g[0]][0] == "op" else
                                                  (units[g[0]][1], units[g[0]][2].forloop)) for g in groups]
         self.seen_time: dict = {}
+        # a group's time in an earlier search of the same units (`_LEARNED`), by its first unit
+        self.learned = [None] * len(groups)
+        if learned:
+            self.learned = [learned.get(g[0]) for g in groups]
+        if all(t is not None for t in self.learned) and groups:
+            # the groups larger than BIG_SHARE of a worker's share first, largest first, each
+            # a lane (adopted before the rest): QKNorm's largest group (5.7 % of the work at
+            # max_block_ops=11) was dealt 3.3-3.7 s into a 5.7 s 16-worker enumeration, whose
+            # end it made; the others in `_kind` order, for the memos they share
+            share = BIG_SHARE * sum(self.learned) / workers
+            big = sorted((j for j in range(len(groups)) if self.learned[j] >= share),
+                         key=lambda j: (-self.learned[j], j))
+            rest = [j for j in range(len(groups)) if self.learned[j] < share]
+            self.lanes = [[j] for j in big] + ([rest] if rest else [])
+            self.busy = [False] * len(self.lanes)
 
     def seen(self, j: int, seconds: float) -> None:
         key = self.keys[j]
@@ -437,6 +455,8 @@ class _Lanes:
             self.seen_time[key[:d]] = (t + seconds, n + 1)
 
     def estimate(self, j: int) -> float:
+        if self.learned[j] is not None:
+            return self.learned[j]
         key = self.keys[j]
         for d in range(len(key), 0, -1):
             hit = self.seen_time.get(key[:d])
@@ -495,6 +515,30 @@ class _Lanes:
 # a worker is idle: a piece's first pairs on a worker that did not run its unit cost more
 # (the generator's value memos: GQA's largest units cut in 4, +0-22 %, ~0.1 s a piece)
 DONATE_MIN = 0.2
+# `_Lanes`: with the groups' times of an earlier search of the same units, those over this
+# share of a worker's share of the work are dealt first, largest first
+BIG_SHARE = 0.25
+# (program, units) digest -> {a group's first unit: its time}, from the last search of
+# those units in this process that ran to its end (`_search`); a hint for the deal only:
+# which worker runs what changes no result. Kept for LEARNED_MAX searches at most
+_LEARNED: dict = {}
+LEARNED_MAX = 64
+
+
+def _units_key(ref: KNGraph, units: list) -> bytes:
+    # the units fix the program's search space but for its ops: the program is in the key too
+    return hashlib.blake2b(repr((B.graph_key(ref), units)).encode(), digest_size=16).digest()
+
+
+def _learn(key: bytes, lanes: "_Lanes", spent: dict) -> None:
+    """Record the groups' times of a search that ran every unit (`spent`: unit -> seconds)."""
+    times = {g[0]: sum(spent.get(k, 0.0) for k in g) for g in lanes.groups}
+    if sum(times.values()) <= 0:
+        return
+    _LEARNED.pop(key, None)
+    while len(_LEARNED) >= LEARNED_MAX:
+        _LEARNED.pop(next(iter(_LEARNED)))
+    _LEARNED[key] = times
 
 
 class _Donated:
@@ -783,7 +827,9 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     units, meta = split(gen, items)
     workers = cfg.workers or (X.ray_workers() if cfg.executor == "ray" else os.cpu_count() or 1)
     workers = max(1, min(workers, len(units) or 1))
-    lanes = _Lanes(units, meta, workers)
+    ukey = _units_key(ref, units)
+    lanes = _Lanes(units, meta, workers, _LEARNED.get(ukey))
+    spent: dict = {}  # unit -> the seconds of the calls that ran it (a call's shared evenly)
     if skipped:
         stats.pruned["bound"] += skipped
     progress = Progress(verbose)  # its phase starts after the workers are forked (it runs a thread)
@@ -802,9 +848,14 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
         try:
             progress.phase(*enumeration)  # in the try: Ctrl-C right after its line is handled
             for k in lanes.order:
+                t = time.monotonic()
                 absorb(_run_item(units[k]))
+                spent[k] = time.monotonic() - t
                 if _W["gen"].stats.stopped and _W["gen"].stats.stopped != "state cap":
                     break
+            else:
+                if not stats.stopped:
+                    _learn(ukey, lanes, spent)
         except KeyboardInterrupt:
             stats.stopped = "interrupted"
             deadline = min(deadline, time.monotonic() + INTERRUPT_GRACE)
@@ -865,8 +916,11 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
             checks.record(h, out)
             return None
         lane, tasks, start = running.pop(h)
+        took = time.monotonic() - start
         if lane is not None:
-            lanes.seen_call([t[0] for t in tasks], time.monotonic() - start)
+            lanes.seen_call([t[0] for t in tasks], took)
+        for t in tasks:
+            spent[t[0]] = spent.get(t[0], 0.0) + took / len(tasks)
         f, s, pieces = out
         absorb((f, s), len(tasks) - len(pieces))
         for k, parts in donated.returned([(tasks[p[0]],) + p[1:] for p in pieces]):
@@ -889,6 +943,8 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
                 collect()
         for res in donated.unfinished():  # interrupted: the pieces that returned, as found
             absorb(res, 0)
+        if not stats.stopped:
+            _learn(ukey, lanes, spent)
         progress.end()
         return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, checks, deadline, progress)
     finally:
