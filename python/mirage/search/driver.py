@@ -516,8 +516,11 @@ class _Lanes:
 # (the generator's value memos: GQA's largest units cut in 4, +0-22 %, ~0.1 s a piece)
 DONATE_MIN = 0.2
 # `_Lanes`: with the groups' times of an earlier search of the same units, those over this
-# share of a worker's share of the work are dealt first, largest first
-BIG_SHARE = 0.25
+# share of a worker's share of the work are dealt first, largest first. 16 virtual workers
+# (.ray17/h17/vpool.py, QKNorm at max_block_ops=11): 0.25 left the workers' ends 2.78-3.23 s
+# apart, 0.1 2.49-2.62 s (8 workers: 5.04-5.21 s); replayed with the one-worker units'
+# times (no memo effects), 0.1 deals GQA and QKNorm at 0.92-0.99 efficiency at 4-16 workers
+BIG_SHARE = 0.1
 # (program, units) digest -> {a group's first unit: its time}, from the last search of
 # those units in this process that ran to its end (`_search`); a hint for the deal only:
 # which worker runs what changes no result. Kept for LEARNED_MAX searches at most
