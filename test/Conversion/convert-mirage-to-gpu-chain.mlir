@@ -1,5 +1,29 @@
-// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1})' | FileCheck %s
-// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1},gpu-lower-to-nvvm-pipeline{cubin-format=isa cubin-chip=sm_90 cubin-features=+ptx80 kernel-bare-ptr-calling-convention=true})' | FileCheck %s --check-prefix=PTX
+// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1 wgmma=false})' | FileCheck %s
+// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1 wgmma=false},gpu-lower-to-nvvm-pipeline{cubin-format=isa cubin-chip=sm_90 cubin-features=+ptx80 kernel-bare-ptr-calling-convention=true})' | FileCheck %s --check-prefix=PTX
+// RUN: mirage-opt %s --split-input-file --pass-pipeline='builtin.module(convert-mirage-to-gpu{split=1})' | FileCheck %s --check-prefix=WG
+
+// With warpgroup matmuls (the default on sm_90), both GEMMs of a chain are wgmma: the
+// first's A by ldmatrix, the second's A the first's fragments rounded to f16 (no ldmatrix
+// between them); C's group is waited for at once, E's at the loop body's end.
+// WG-LABEL: gpu.func @gemm_chain_k0
+// WG: scf.for {{.*}} iter_args
+// WG: nvgpu.ldmatrix {{.*}} {numTiles = 4 : i32, transpose = false} : memref<64x32xf16
+// WG: wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {{.*}} wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {{.*}} wgmma.wait_group.sync.aligned 0;
+// WG-NOT: nvgpu.ldmatrix
+// WG: vector.from_elements {{.*}} : vector<4x2xf16>
+// WG-NOT: nvgpu.ldmatrix
+// WG: wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16
+// WG-SAME: wgmma.commit_group.sync.aligned; }
+// WG-NEXT: llvm.extractvalue
+// WG: "wgmma.wait_group.sync.aligned 0;"
+// WG-NEXT: scf.yield
+// WG: gpu.return
+// WG-LABEL: gpu.func @attn_chain_k0
+// WG: scf.for {{.*}} iter_args
+// WG: wgmma.mma_async.sync.aligned.m64n64k16
+// WG-COUNT-32: math.exp
+// WG: wgmma.mma_async.sync.aligned.m64n32k16
+// WG: scf.yield
 
 // MCFuser's GEMM chain E = (A @ B) @ D, tiled as the chain search's warp-resident seeds
 // (search/mbci.py, `warp_resident`): 64 rows of A for 4 warps, the loop over n in steps

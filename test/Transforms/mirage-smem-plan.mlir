@@ -29,22 +29,22 @@ func.func @chain(%x: tensor<16x512xf16>) -> tensor<16x512xf16> {
 
 // -----
 
-// A matmul over a for-loop of 4 on a grid of 8 blocks: the lowering splits the loop over 2
+// A matmul over a for-loop of 8 on a grid of 8 blocks: the lowering splits the loop over 2
 // blocks (one partial kernel that folds the combine: its arrival `flag`), keeps the
 // accumulator in registers (no tile for the matmul's result op0), and prefetches both
-// loop-varying inputs in a ring of 2 stages (the 2 iterations each block runs); the f16
+// loop-varying inputs in a ring of 4 stages (the 4 iterations each block runs); the f16
 // accumulator tile op1 is written after the loop. With fold-combine=false: a partial and a
 // combine kernel, each with its own buffers.
 // CHECK-LABEL: func.func @mm
-// CHECK: kn.graph_def {{.*}}tb.smem = {partial = #tb.smem<stages = 2, offsets = {flag = {{[0-9]+}} : i64, in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>}
+// CHECK: kn.graph_def {{.*}}tb.smem = {partial = #tb.smem<stages = 4, offsets = {flag = {{[0-9]+}} : i64, in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>}
 // NOFOLD-LABEL: func.func @mm
-// NOFOLD: kn.graph_def {{.*}}tb.smem = {combine = #tb.smem<stages = 1, offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>, partial = #tb.smem<stages = 2, offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>}
-func.func @mm(%x: tensor<16x256xf16>, %w: tensor<256x512xf16>) -> tensor<16x512xf16> {
-  %0 = kn.graph_def (%x, %w) grid [8, 1, 1] block [128, 1, 1] forloop 4 dimx 64
-      : (tensor<16x256xf16>, tensor<256x512xf16>) -> tensor<16x512xf16> {
-  ^bb0(%a: tensor<16x256xf16>, %b: tensor<256x512xf16>):
-    %tx = tb.input %a map <i -> 1> : tensor<16x256xf16> -> tensor<16x64xf16>
-    %tw = tb.input %b map <x -> 1, i -> 0> : tensor<256x512xf16> -> tensor<64x64xf16>
+// NOFOLD: kn.graph_def {{.*}}tb.smem = {combine = #tb.smem<stages = 1, offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>, partial = #tb.smem<stages = 4, offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>}
+func.func @mm(%x: tensor<16x512xf16>, %w: tensor<512x512xf16>) -> tensor<16x512xf16> {
+  %0 = kn.graph_def (%x, %w) grid [8, 1, 1] block [128, 1, 1] forloop 8 dimx 64
+      : (tensor<16x512xf16>, tensor<512x512xf16>) -> tensor<16x512xf16> {
+  ^bb0(%a: tensor<16x512xf16>, %b: tensor<512x512xf16>):
+    %tx = tb.input %a map <i -> 1> : tensor<16x512xf16> -> tensor<16x64xf16>
+    %tw = tb.input %b map <x -> 1, i -> 0> : tensor<512x512xf16> -> tensor<64x64xf16>
     %m = tb.matmul %tx, %tw : (tensor<16x64xf16>, tensor<64x64xf16>) -> tensor<16x64xf16>
     %s = tb.forloop_accum none %m : tensor<16x64xf16> -> tensor<16x64xf16>
     tb.output %s map <x -> 1> : tensor<16x64xf16>
