@@ -89,6 +89,18 @@ class _Donated(D._Donated):
 D._Donated = _Donated
 
 
+class _Lanes(D._Lanes):
+    """The driver's, remembered: whether the search dealt from an earlier one's times (`run`)."""
+    learned = False
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        _Lanes.learned = all(t is not None for t in self.learned)
+
+
+D._Lanes = _Lanes
+
+
 def _traced_units(units):  # module-level: the pool sends it to the workers by name
     c, t = time.process_time(), time.time()
     out = PLAIN["units"](units)
@@ -237,6 +249,7 @@ def main():
         warnings.simplefilter("ignore")
         superoptimize(BENCHMARKS["gqa"].reference(1), "attention", workers=max(ws), executor=a.executor,
                       max_block_ops=6, measure=False, verify=not a.no_checks)
+    D._LEARNED.clear()  # the first run of each program deals cold, whatever --max-block-ops
     # the worker counts of --independent: those named, else every count > 1 (none without it)
     at_n = set() if a.independent is None else set(a.independent or [w for w in ws if w > 1]) - {1}
     flags = (" --no-checks" if a.no_checks else "") + \
@@ -275,8 +288,9 @@ def main():
             _Donated.last = None
             if a.cold:
                 D._LEARNED.clear()
-            learned = bool(D._LEARNED) and base is not None  # this program's earlier run recorded its times
+            _Lanes.learned = False
             res, enum, l0, l1, used = run(name, w, a)
+            learned = _Lanes.learned
             total = time.monotonic() - t0
             dn, _Donated.last = _Donated.last, None
             given = (f"; {dn.cut} unit(s) handed work back to idle workers ({dn.pieces} calls of pieces), "
