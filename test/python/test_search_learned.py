@@ -27,7 +27,7 @@ def test_learned_times_deal_the_largest_groups_first_and_every_unit_once(gqa):
     plain = D._Lanes(units, meta, workers=4)
     rnd = random.Random(0)
     times = {g[0]: rnd.random() for g in plain.groups}
-    big = sorted(times)[-3:]  # three groups far above a worker's share, largest first
+    big = sorted(times)[-3:]  # three groups far larger than the others, the largest first
     for j, k in enumerate(big):
         times[k] = 100.0 * len(times) * (3 - j)
     for seed in range(5):
