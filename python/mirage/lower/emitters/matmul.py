@@ -146,13 +146,6 @@ class MatmulEmitter:
         zero = e.const("0.000000e+00", "vector<2x2xf32>")
         accs = acc or [zero] * NT
 
-        def regs(fa):  # the 4 registers of an A fragment
-            out = []
-            for i in range(4):
-                v = e.op(f"vector.extract {fa}[{i}] : vector<2x{elt}> from vector<4x2x{elt}>", "av")
-                w = e.op(f"vector.bitcast {v} : vector<2x{elt}> to vector<1xi32>", "aw")
-                out.append(e.op(f"vector.extract {w}[0] : i32 from vector<1xi32>", "ar"))
-            return out
 
         # deferred only for accumulators carried across the loop (read after it)
         defer = self.wgmma_pending is not False and any(m is op for m in self.p.reg_acc.values())
@@ -160,7 +153,7 @@ class MatmulEmitter:
         if id(op) in self.p.a_from_regs:
             vals = self.reg_vals[self.p.a_from_regs[id(op)]]
             for ks in range(K // 16):
-                aregs += regs(self.a_frag_from_regs(vals, 0, ks, elt))
+                aregs += self.frag_regs(self.a_frag_from_regs(vals, 0, ks, elt), 4, elt)
         else:
             ta, va = self.p.tiles[id(a)], self.views2d[id(a)]
             aregs = self.a_frags.get(va, []) if defer else []
@@ -168,8 +161,8 @@ class MatmulEmitter:
             acol0 = e.mul(e.div(self.lane, 16), 8)
             for ks in range(K // 16 if not aregs else 0):
                 lr, lc = ta.ldm_index(e, ar, e.add(ks * 16, acol0))
-                aregs += regs(e.op(f"nvgpu.ldmatrix {va}[{e.idx(lr)}, {e.idx(lc)}] {{numTiles = 4 : i32, "
-                                   f"transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa"))
+                aregs += self.frag_regs(e.op(f"nvgpu.ldmatrix {va}[{e.idx(lr)}, {e.idx(lc)}] {{numTiles = 4 : i32, "
+                                             f"transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa"), 4, elt)
             if defer:
                 self.a_frags[va] = aregs
         # B's descriptor: start address / 16, the leading byte offset (between 64-column
@@ -212,16 +205,7 @@ class MatmulEmitter:
         """D = A @ B + C, m16n8k16, bf16 operands, f32 accumulators, as inline PTX (the
         fragments of nvgpu.ldmatrix: A 4 and B 2 registers of 2 x bf16, C 2x2 f32)."""
         e = self.e
-
-        def regs(frag, n):
-            out = []
-            for i in range(n):
-                v = e.op(f"vector.extract {frag}[{i}] : vector<2xbf16> from vector<{n}x2xbf16>", "bv")
-                w = e.op(f"vector.bitcast {v} : vector<2xbf16> to vector<1xi32>", "bw")
-                out.append(e.op(f"vector.extract {w}[0] : i32 from vector<1xi32>", "br"))
-            return out
-
-        ra, rb = regs(fa, 4), regs(fb, 2)
+        ra, rb = self.frag_regs(fa, 4, "bf16"), self.frag_regs(fb, 2, "bf16")
         rc = [e.op(f"vector.extract {c}[{h}, {q}] : f32 from vector<2x2xf32>", "f") for h in (0, 1) for q in (0, 1)]
         st = "!llvm.struct<(f32, f32, f32, f32)>"
         r = e.op('llvm.inline_asm has_side_effects "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 '
@@ -230,6 +214,17 @@ class MatmulEmitter:
                  f'{", ".join(ra + rb + rc)} : ({", ".join(["i32"] * 6 + ["f32"] * 4)}) -> {st}', "mm")
         d = [e.op(f"llvm.extractvalue {r}[{i}] : {st}", "f") for i in range(4)]
         return e.op(f"vector.from_elements {', '.join(d)} : vector<2x2xf32>", "acc")
+
+    def frag_regs(self, frag: str, n: int, elt: str) -> list[str]:
+        """The n 32-bit registers (i32, two 16-bit elements each) of a fragment
+        vector<n x 2 x elt>, as inline PTX takes them."""
+        e = self.e
+        out = []
+        for i in range(n):
+            v = e.op(f"vector.extract {frag}[{i}] : vector<2x{elt}> from vector<{n}x2x{elt}>", "fv")
+            w = e.op(f"vector.bitcast {v} : vector<2x{elt}> to vector<1xi32>", "fw")
+            out.append(e.op(f"vector.extract {w}[0] : i32 from vector<1xi32>", "fr"))
+        return out
 
     def frag_unary(self, mm: Op, u: Op, frags: list[str]) -> list:
         """Apply the unary op `u` (or a thread graph that chains unary ops, evaluated in f32
