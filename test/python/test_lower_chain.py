@@ -9,9 +9,9 @@ import pytest
 
 import mirage as mi
 from mirage.core.graph import GraphError
-from mirage.lower import Options, convert_to_gpu
+from mirage.lower import Options, convert_to_gpu, to_ptx
 from mirage.lower.convert import plan_graph
-from mirage.lower.kernel_plan import _unary_chain, choose_split
+from mirage.lower.kernel_plan import CLUSTER_MAX, _unary_chain, choose_split
 from mirage.search.build import build
 from mirage.search.config import SearchConfig
 from mirage.search.mbci import RESIDENT, RESIDENT_TILE, SEEDS, Tiling, blocks, find_chain, launched_blocks, \
@@ -133,6 +133,44 @@ def test_seeds_add_warp_resident_tilings():
     assert with_resident(c, cands, extra + explored[:2], cfg)[:4] == extra + explored[:2]
 
 
+def test_split_chain_combines_in_a_cluster():
+    # G4's 64 x 128 x 128 tiling: 8 x 2 blocks, 4 iterations over n; the lowering splits the
+    # loop 4 ways (64 blocks, half the SMs), the 4 blocks of a split group are one cluster
+    g = tiled(chain(1, 512, 512, 256, 256), 64, 128, 128)
+    low, ptx = to_ptx(g, disk_cache=False)
+    (k,) = low.kernels
+    assert k["grid"] == [1, 8, 2 * 4] and k["block"] == [128, 1, 1]
+    assert k["notes"]["split"] == k["notes"]["cluster"] == 4 and k["notes"]["wgmma"] == 2
+    assert ".reqnctapercluster 1, 1, 4" in ptx and "barrier.cluster.arrive;" in ptx and "barrier.cluster.wait;" in ptx
+    # no arrival counter and no last-block combine: each block sums 16 of E's 64 rows
+    assert "atom.global" not in ptx and "fence.acq_rel.gpu" not in ptx
+    combine = ptx.split("barrier.cluster.wait;", 1)[1]
+    assert combine.count("ld.global.v4") == 4 and "st.global.v2.b32" in combine
+    assert low.buffers[-1]["shape"] == [8 * 2 * 4 * 64 * 128]  # the partials, no counters
+    # without clusters (or a group over CLUSTER_MAX blocks): the last block combines
+    (f,) = convert_to_gpu(g, Options(clusters=False, split=4)).kernels
+    assert "cluster" not in f["notes"] and f["notes"]["split"] == 4
+    (w,) = convert_to_gpu(tiled(chain(1, 512, 1024, 256, 64), 64, 16, 64), Options(split=16)).kernels
+    assert w["notes"]["split"] == 16 > CLUSTER_MAX and "cluster" not in w["notes"]
+
+
+def test_attention_split_combines_in_its_last_block():
+    # E / (row sums) runs after the loop on whole rows: not a cluster's row shares
+    g = tiled(chain(1, 64, 1024, 64, 64, True), 64, 64, 64)
+    (k,) = convert_to_gpu(g).kernels
+    assert k["notes"]["split"] == 4 and "cluster" not in k["notes"]
+
+
+def test_seeds_add_the_widest_e_tile():
+    # G4: the resident seeds recompute C for 16 or 8 E tiles; the widest E tile (128) in 16
+    # blocks is split 4 ways in clusters
+    c = find_chain(chain(1, 512, 512, 256, 256))
+    cfg = SearchConfig()
+    seeds = with_resident(c, space(c, cfg, {}, split_aware=True), [], cfg)
+    assert seeds[-1] == Tiling("n", 64, 128, 128) and len(seeds) == RESIDENT + 1
+    assert blocks(c, seeds[-1]) == 16 and launched_blocks(c, seeds[-1], cfg.sms) == 64
+
+
 @pytest.mark.parametrize("shape,first", [((1, 1024, 1024, 128, 128), (64, 128, 16)),   # G10: 16 x 8 blocks
                                          ((4, 1024, 1024, 128, 128), (64, 128, 64)),   # G11: 64 x 2
                                          ((1, 2048, 512, 128, 128), (64, 128, 32))])   # G9: 32 x 4
@@ -141,5 +179,5 @@ def test_resident_seed_fills_one_wave(shape, first):
     128 blocks on 132 SMs)."""
     c = find_chain(chain(*shape))
     cfg = SearchConfig()
-    (t, _) = with_resident(c, space(c, cfg, {}, split_aware=True), [], cfg)
+    t = with_resident(c, space(c, cfg, {}, split_aware=True), [], cfg)[0]
     assert (t.tm, t.tl, t.th) == first and blocks(c, t) == 128 and launched_blocks(c, t, cfg.sms) == 128

@@ -31,8 +31,8 @@ def to_ptx(g, target: str = "sm_90", options: Options | None = None, disk_cache:
     from .pipeline import run_pipeline
     from .ptx_cache import compile_ptx
 
-    if target != "sm_90":  # griddepcontrol (Options.pdl) and wgmma are sm_90's
-        options = replace(options or Options(), pdl=False, wgmma=False)
+    if target != "sm_90":  # griddepcontrol (Options.pdl), wgmma and clusters are sm_90's
+        options = replace(options or Options(), pdl=False, wgmma=False, clusters=False)
     low = convert(g, options)
     return low, (compile_ptx if disk_cache else run_pipeline)(low.module, target)
 

@@ -34,7 +34,7 @@ from ..core.ops import is_accumulator
 from . import scalar
 from .emitter import SMEM, Emitter, Idx
 from .emitters import AccumulatorEmitter, ElementwiseEmitter, MatmulEmitter, ReductionEmitter, RowsEmitter, TileIO
-from .kernel_plan import GlobalArg, KernelPlan, LoweringError, _row_major, running_maxima
+from .kernel_plan import GlobalArg, KernelPlan, LoweringError, _row_major, accum_after, running_maxima
 
 
 @dataclass
@@ -196,7 +196,11 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         self.bx = e.op("gpu.block_id x", "bid") if g[0] > 1 else 0
         self.by = e.op("gpu.block_id y", "bid") if g[1] > 1 else 0
         self.sp: Idx = 0
-        if split > 1:
+        if split > 1 and self.p.cluster:  # a cluster is `split` consecutive blocks along z
+            zid = e.op("gpu.block_id z", "bid")
+            self.bz = e.div(zid, split) if g[2] > 1 else 0
+            self.sp = e.rem(zid, split)
+        elif split > 1:
             zid = e.op("gpu.block_id z", "bid")
             self.bz = e.rem(zid, g[2]) if g[2] > 1 else 0
             self.sp = e.div(zid, g[2])
@@ -231,11 +235,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         self.out_base = [self._global_base(self.outs[k], rec.stensor.shape, rec.omap, rec.forloop_dim)
                          for k, rec in enumerate(tb.outputs)] if self.outs else []
 
-        counts = tb.accum_counts(varying_only=False)
-        post = set()
-        for op in tb.ops:
-            if not is_accumulator(op.kind) and any((counts.get(id(t)) or (0, 0))[1] >= 1 for t in op.outputs):
-                post.add(id(op))
+        post = accum_after(tb)
         accs = [op for op in tb.ops if is_accumulator(op.kind)]
         pre_ops = [op for op in tb.ops if not is_accumulator(op.kind) and id(op) not in post]
         post_ops = [op for op in tb.ops if id(op) in post]
@@ -324,6 +324,8 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         if self.mode == "partial":
             if self.p.fold:
                 self.fold_combine(accs, post_ops)
+            elif self.p.cluster:
+                self.cluster_combine(accs)
             return self._finish()
         e.barrier()
         self.epilogue(post_ops)
@@ -550,6 +552,8 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         if self.mode == "partial":
             if self.p.fold:
                 self.fold_combine(accs, None)
+            elif self.p.cluster:
+                self.cluster_combine(accs)
             return self._finish()
         self.post_region(post)
         return self._finish()
@@ -579,12 +583,15 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
             g[2] *= self.split
         args = self.ins + ([self.ws] if self.ws is not None else []) + self.outs
         args_sig = ", ".join(f"{a.name}: {a.mtype}" for a in args)
+        cluster = f", nvvm.cluster_dim = array<i32: 1, 1, {self.p.cluster}>" if self.p.cluster else ""
         head = (f"gpu.func @{self.name}({args_sig}) kernel attributes "
                 f"{{known_block_size = array<i32: {bx}, {by}, {bz}>, "
-                f"known_grid_size = array<i32: {g[0]}, {g[1]}, {g[2]}>}} {{")
+                f"known_grid_size = array<i32: {g[0]}, {g[1]}, {g[2]}>{cluster}}} {{")
         body = e.text()
         if self.p.pdl:  # wait before the first access to memory; let the next grid launch at the end
             body = ["      nvvm.griddepcontrol wait"] + body + ["      nvvm.griddepcontrol launch_dependents"]
         text = "\n".join(["    " + head] + body + ["      gpu.return", "    }"])
         self.notes["split"] = self.split
+        if self.p.cluster:
+            self.notes["cluster"] = self.p.cluster
         return KernelInfo(self.name, tuple(g), tuple(self.p.block), self.p.smem, text, dict(self.notes))

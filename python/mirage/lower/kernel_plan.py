@@ -19,7 +19,7 @@ Decided here, from the block graph, its device tensors and the `Options`:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from math import prod
+from math import gcd, prod
 
 from ..core.graph import GraphError, Op, STensor, TBGraph
 from ..core.ops import is_accumulator
@@ -249,6 +249,11 @@ class Options:
     # 4-warp block whose B tile is one swizzle atom wide runs as wgmma.mma_async, B read
     # by the tensor cores straight from shared memory; off on targets without it
     wgmma: bool = True
+    # a split for-loop of at most CLUSTER_MAX blocks whose outputs are plain sums runs its
+    # split blocks as one thread-block cluster (sm_90): each block writes its partials, the
+    # cluster waits at its barrier, and every block sums and stores its own rows of the
+    # outputs (`cluster_split`), instead of the last block combining all of them alone
+    clusters: bool = True
 
 
 def running_maxima(tb: TBGraph) -> list[Op]:
@@ -272,6 +277,35 @@ def split_ok(tb: TBGraph) -> bool:
     return any(op.kind == "forloop_accum" for op in tb.ops)
 
 
+# the most blocks of a portable thread-block cluster (CUDA: 8)
+CLUSTER_MAX = 8
+
+
+def cluster_split(tb: TBGraph, split: int, opts: "Options") -> bool:
+    """Whether a for-loop split over `split` blocks combines its partials in a cluster: every
+    op after the loop is a plain-sum accumulator whose output is saved as it is, and each
+    of those tiles has rows for every block of the cluster and 4-element rows (f32x4
+    partials)."""
+    if not opts.clusters or not 1 < split <= CLUSTER_MAX or not split_ok(tb):
+        return False
+    accs = [op for op in tb.ops if op.kind == "forloop_accum"]
+    saved = {id(rec.stensor) for rec in tb.outputs}
+    after = accum_after(tb)
+    if any(id(op) in after for op in tb.ops if op.kind != "forloop_accum"):
+        return False
+    if {id(op.outputs[0]) for op in accs} != saved:
+        return False
+    return all(op.attrs["kind"] in ("none", "sum") and op.outputs[0].shape[-1] % 4 == 0
+               and prod(op.outputs[0].shape[:-1]) % split == 0 for op in accs)
+
+
+def accum_after(tb: TBGraph) -> set[int]:
+    """id() of the ops that run after the for-loop (those fed by an accumulator's output)."""
+    counts = tb.accum_counts(varying_only=False)
+    return {id(op) for op in tb.ops
+            if not is_accumulator(op.kind) and any((counts.get(id(t)) or (0, 0))[1] >= 1 for t in op.outputs)}
+
+
 def choose_split(tb: TBGraph, opts: "Options") -> int:
     """Split the for-loop when the grid has fewer blocks than 3/4 of the multiprocessors
     (and, for a loop whose matmuls compute much on what it streams, fewer than 1/4 of
@@ -283,7 +317,15 @@ def choose_split(tb: TBGraph, opts: "Options") -> int:
         return opts.split if split_ok(tb) and tb.forloop_range % opts.split == 0 else 1
     if not split_ok(tb):
         return 1
-    return default_split(prod(tb.grid_dim), tb.forloop_range, opts.sms, loop_intensity(tb))
+    rows = cluster_rows(tb) if opts.clusters else 0
+    return default_split(prod(tb.grid_dim), tb.forloop_range, opts.sms, loop_intensity(tb), rows)
+
+
+def cluster_rows(tb: TBGraph) -> int:
+    """The rows every split block of a cluster could take a share of (`cluster_split`: the
+    gcd of the accumulators' rows); 0 if the loop's combine cannot be a cluster's."""
+    rows = gcd(*(prod(op.outputs[0].shape[:-1]) for op in tb.ops if op.kind == "forloop_accum"))
+    return rows if rows % 2 == 0 and cluster_split(tb, 2, Options(clusters=True)) else 0
 
 
 def loop_intensity(tb: TBGraph) -> float:
@@ -318,9 +360,20 @@ COMPUTE_BOUND_INTENSITY = 32.0
 MIN_SPLIT_ITERS = 4
 
 
-def default_split(blocks: int, R: int, sms: int, intensity: float = 0.0) -> int:
+def default_split(blocks: int, R: int, sms: int, intensity: float = 0.0, cluster: int = 0) -> int:
     """`choose_split`'s rule for a loop that may split: a grid of `blocks`, a loop of `R`
-    computing `intensity` FLOPs a streamed byte (`loop_intensity`)."""
+    computing `intensity` FLOPs a streamed byte (`loop_intensity`), whose partials a
+    cluster can combine when it splits into a divisor of `cluster` rows (`cluster_rows`).
+    Such a loop that computes much on what it streams is split up to half the SMs, however
+    few iterations a block keeps: each block's matmuls are what takes the time, and the
+    combine is shared by the cluster. H100, the warp-resident tilings of G4-G12 with each
+    split (benchmarks/results/mbci.md, 2026-11-25 10:00): the fastest split of every tiling
+    of a grid under 64 blocks launched 64 (G4 64x128x128: 16 blocks, R 4: split 4 11.6 us,
+    unsplit 22.3; 64x64x256: 8 blocks, R 8: split 8 14.3, 4 16.2), of 64 blocks or more none."""
+    if intensity >= COMPUTE_BOUND_INTENSITY and cluster:
+        fits = [s for s in range(1, min(R, CLUSTER_MAX) + 1)
+                if R % s == 0 and cluster % s == 0 and blocks * s <= sms // 2]
+        return max(fits, default=1)
     if blocks >= 0.75 * sms or (intensity >= COMPUTE_BOUND_INTENSITY and 4 * blocks >= sms):
         return 1
     best = 1
@@ -366,22 +419,22 @@ WIDE_BLOCK = 512
 WIDE_TILE = 32768
 
 
-def block_threads(tb: TBGraph, opts: "Options") -> tuple:
+def block_threads(tb: TBGraph, opts: "Options", split: int = 1) -> tuple:
     """Threads of a block: opts.threads (a 1-d block) if set, else the μGraph's block_dim
     (neither changes what the block graph computes), widened to WIDE_BLOCK threads where
     - an FMA matmul sums at least FMA_LONG_K terms an output and more threads give it at
       least twice the lanes (`k_lanes`). H100, decode attention: P @ V over 4097 keys in 64
       blocks of 64 outputs, one thread an output, ran 4097 dependent FMAs a thread: 51 us;
-    - or a grid of fewer blocks than a quarter of the SMs reads at least WIDE_TILE bytes a
-      block: its few warps keep few loads in flight (exp and row sums over [8, 4097] in 4
-      blocks: 23 us)."""
+    - or a grid of fewer blocks than a quarter of the SMs (counting those of a for-loop
+      split over `split` blocks) reads at least WIDE_TILE bytes a block: its few warps keep
+      few loads in flight (exp and row sums over [8, 4097] in 4 blocks: 23 us)."""
     if opts.threads:
         return (opts.threads, 1, 1)
     block = tuple(tb.block_dim)
     T = prod(block)
     if T >= WIDE_BLOCK:
         return block
-    if prod(tb.grid_dim) < opts.sms // 4 and \
+    if prod(tb.grid_dim) * split < opts.sms // 4 and \
             sum(prod(r.stensor.shape) * r.stensor.dtype.itemsize for r in tb.inputs) >= WIDE_TILE:
         return (WIDE_BLOCK, 1, 1)
     for op in tb.ops:
@@ -502,19 +555,21 @@ class KernelPlan:
         if mode == "combine":  # reads the partials once: no ring
             opts = replace(opts, stages=1)
         self.tb, self.ins, self.opts, self.mode, self.split, self.name = tb, ins, opts, mode, split, name
+        # partial kernel whose split blocks form a cluster that combines (`cluster_split`)
+        self.cluster = split if mode == "partial" and has_outputs and cluster_split(tb, split, opts) else 0
         # partial kernel that also combines (last-arriving block of each split group)
-        self.fold = mode == "partial" and opts.fold_combine and has_outputs
+        self.fold = mode == "partial" and opts.fold_combine and has_outputs and not self.cluster
         self.ws_off: dict[int, int] = {}
         off = 0
         for op in tb.ops:
             if op.kind == "forloop_accum":
                 self.ws_off[id(op)] = off
-                off += prod(op.outputs[0].shape) * split * prod(tb.grid_dim)
+                off += -(-prod(op.outputs[0].shape) * split * prod(tb.grid_dim) // 4) * 4  # 16-byte aligned parts
         self.ws_size = off
         self.cnt_off = off  # fold: one arrival counter (f32) per block of the μGraph's grid
-        if mode == "partial" and opts.fold_combine:
+        if self.fold:
             self.ws_size = off + prod(tb.grid_dim)
-        self.block = block_threads(tb, opts)
+        self.block = block_threads(tb, opts, split if mode == "partial" else 1)
         self.nthreads = prod(self.block)
         self.R = tb.forloop_range
         self.lead = tuple(tb.grid_dim) + (self.R,)

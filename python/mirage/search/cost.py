@@ -206,12 +206,12 @@ def chain_time(tb: TBGraph, dev: Target = DEFAULT, regs=None) -> float:
                                      choose_split, k_lanes, mma_ok)
 
     opts = Options(sms=dev.sms)
-    T = prod(block_threads(tb, opts))
+    split = choose_split(tb, opts)
+    T = prod(block_threads(tb, opts, split))
     chained = {id(op) for op in tb.ops
                if op.kind in ("reduction", "reduce_max") or (op.kind == "matmul" and not mma_ok(op, opts, T))}
     if not chained:
         return 0.0
-    split = choose_split(tb, opts)
     steps = 0
     for bop, region in zip(tb.ops, regs or regions(tb)):
         if id(bop) not in chained:

@@ -148,7 +148,8 @@ def launched_blocks(c: Chain, t: Tiling, sms: int) -> int:
     """Blocks the lowering launches: `blocks`, times the split of the for-loop over blocks
     that it chooses for a grid under 3/4 of the SMs (`lower.kernel_plan.default_split`, the
     rule of `choose_split`, with the loop's `loop_intensity`). The chain's accumulators are
-    plain sums, so its loop splits."""
+    plain sums, so its loop splits; a GEMM chain's loop over n, whose only op after the loop
+    is E's accumulator, combines in a cluster (`cluster_rows`: E's tm rows)."""
     from ..lower.kernel_plan import default_split
 
     nb = blocks(c, t)
@@ -157,7 +158,8 @@ def launched_blocks(c: Chain, t: Tiling, sms: int) -> int:
     else:  # A [tm, tl] and B [tl, N] stream; C += A @ B
         flops, streamed = 2 * t.tm * t.tl * c.N, t.tl * (t.tm + c.N)
     intensity = flops / (streamed * c.itemsize)
-    return nb * default_split(nb, (c.N if t.form == "n" else c.K) // t.tl, sms, intensity)
+    rows = t.tm if t.form == "n" and not c.normalized and t.th % 4 == 0 else 0
+    return nb * default_split(nb, (c.N if t.form == "n" else c.K) // t.tl, sms, intensity, rows)
 
 
 def warp_resident(c: Chain, t: Tiling, warps: int) -> bool:
@@ -182,8 +184,11 @@ def model_time(c: Chain, t: Tiling, dev: Target = DEFAULT) -> float:
 def space(c: Chain, cfg: SearchConfig, pruned: dict, split_aware: bool = False) -> list[Tiling]:
     """The pruned candidates; `pruned` counts what each rule removed. `split_aware`: the
     parallelism rule counts the blocks the lowering launches after splitting the loop
-    (`launched_blocks`) instead of the tiling's grid (the space of `with_resident`)."""
+    (`launched_blocks`) instead of the tiling's grid (the space of `with_resident`), and
+    keeps grids from a quarter of the SMs on: a cluster-combined split fills up to half of
+    them (`default_split`)."""
     nblocks = (lambda t: launched_blocks(c, t, cfg.sms)) if split_aware else (lambda t: blocks(c, t))
+    least = cfg.sms // 4 if split_aware else cfg.sms // 2
     out = []
     pruned["mbci nested tilings (one loop level)"] = pruned.get("mbci nested tilings (one loop level)", 0) + 2
     for form, L in (("n", c.N), ("k", c.K)):
@@ -199,10 +204,10 @@ def space(c: Chain, cfg: SearchConfig, pruned: dict, split_aware: bool = False) 
                         pruned["mbci blocks"] = pruned.get("mbci blocks", 0) + 1
                     else:
                         out.append(t)
-    few = [t for t in out if nblocks(t) < cfg.sms // 2]
-    if len(few) < len(out):  # finer tilings exist: under half the SMs busy is not worth it
+    few = [t for t in out if nblocks(t) < least]
+    if len(few) < len(out):  # finer tilings exist: few SMs busy is not worth it
         pruned["mbci parallelism"] = pruned.get("mbci parallelism", 0) + len(few)
-        out = [t for t in out if nblocks(t) >= cfg.sms // 2]
+        out = [t for t in out if nblocks(t) >= least]
     return out
 
 
@@ -346,7 +351,8 @@ def with_resident(c: Chain, cands: list[Tiling], tilings: list[Tiling], cfg: Sea
     """The seeds: the SEEDS explored best (`tilings`, best first), then up to RESIDENT
     warp-resident tilings (`warp_resident`) of `cands` (the split-aware space: a grid of
     few blocks is split over the loop by the lowering) of loop tile and E tile at most
-    RESIDENT_TILE that are not among them, in the order of `resident_key`.
+    RESIDENT_TILE that are not among them, in the order of `resident_key`, and for a GEMM
+    chain the one of the widest E tile.
     H100, Nsight Compute on the picks of Tables II/III (benchmarks/results/mbci.md,
     2026-11-25): every fused kernel ran one block of 4 warps an SM (its shared memory),
     latency-bound; with C in the fragments S2 ran 19.1 us against 35.3 for the fastest of
@@ -362,6 +368,13 @@ def with_resident(c: Chain, cands: list[Tiling], tilings: list[Tiling], cfg: Sea
         longer = [x for x in top + out if x.form == "n" and (x.tm, x.th) == (t.tm, t.th) and x.tl >= t.tl]
         if t not in top and len(out) < RESIDENT and (c.normalized or not longer):
             out.append(t)
+    # and a GEMM chain's with the widest E tile (fewest recomputations of C), the longest
+    # loop tile of it: the lowering splits its few blocks' loop over a cluster each. H100
+    # (benchmarks/results/mbci.md, 2026-11-25 10:00): G7 64 x 128 x 64 in 16 blocks split 4,
+    # 8.9 us, against 9.5 for the reference and 9.7 for the fastest seed before
+    wide = sorted((t for t in res if t.form == "n"), key=lambda t: (-t.th, -t.tl, model_time(c, t, dev)))
+    if not c.normalized and wide and wide[0] not in top + out:
+        out.append(wide[0])
     return top + out
 
 

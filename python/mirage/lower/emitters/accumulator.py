@@ -1,5 +1,6 @@
 """For-loop accumulators in shared memory, and a split for-loop's workspace:
-partials out, the last-arriving block's combine (or the combine kernel's).
+partials out, the last-arriving block's combine (or the combine kernel's, or each
+cluster block's share of it).
 
 A mixin of `BlockLowering` (`lower/block.py`): its methods use the kernel's plan
 (`self.p`), emitter (`self.e`) and emit-time state."""
@@ -100,11 +101,11 @@ class AccumulatorEmitter:
             with e.if_(e.cmp("ult", t, T)):
                 for h in (0, 1):
                     row = e.add(e.add(e.mul(mt, 16), gq), 8 * h)
-                    with e.if_(e.cmp("ult", row, M)):
-                        for q in (0, 1):
-                            v = e.op(f"vector.extract {f}[{h}, {q}] : f32 from vector<2x2xf32>", "f")
-                            col = e.add(e.add(e.mul(nt, 8), c0), q)
-                            e.store(v, ws.name, ws.mtype, self.ws_index(op, self.sp, e.add(e.mul(row, N), col)), "f32")
+                    with e.if_(e.cmp("ult", row, M)):  # the pair of adjacent columns: one 8-byte store
+                        v = e.op(f"vector.extract {f}[{h}] : vector<2xf32> from vector<2x2xf32>", "f")
+                        col = e.add(e.mul(nt, 8), c0)
+                        i = self.ws_index(op, self.sp, e.add(e.mul(row, N), col))
+                        e.line(f"vector.store {v}, {ws.name}[{e.idx(i)}] {{alignment = 8}} : {ws.mtype}, vector<2xf32>")
 
     def scratch_to_ws(self, op: Op) -> None:
         e = self.e
@@ -145,6 +146,42 @@ class AccumulatorEmitter:
             self.epilogue(post_ops)
             with e.if_(e.cmp("eq", self.tid, 0)):
                 e.store(e.f32(0.0), ws.name, ws.mtype, cnt, "f32")
+
+    def cluster_combine(self, accs) -> None:
+        """The split blocks of a cluster (`KernelPlan.cluster`, `cluster_split`) wait for
+        each other's partials at the cluster barrier (release / acquire at cluster scope:
+        the workspace stores before it are seen after it); then block `sp` of the cluster
+        sums rows [sp, sp + 1) * rows / split of every accumulator over the partials, four
+        elements a thread at a time, and stores them as the output tile's rows."""
+        e = self.e
+        ws, s = self.ws, self.p.cluster
+        e.line("nvvm.cluster.arrive")
+        e.line("nvvm.cluster.wait")
+        for k, rec in enumerate(self.tb.outputs):
+            op = next(a for a in accs if a.outputs[0] is rec.stensor)
+            g = self.outs[k]
+            shape = rec.stensor.shape
+            per, cols = prod(shape[:-1]) // s, shape[-1]
+            blk = self.out_base[k][0]
+            with e.for_(self.tid, per * cols // 4, self.p.nthreads) as c:
+                row = e.add(e.mul(self.sp, per), e.div(c, cols // 4))
+                col = e.mul(e.rem(c, cols // 4), 4)
+                i = e.add(e.mul(row, cols), col)
+                v = None
+                for j in range(s):
+                    x = e.op(f"vector.load {ws.name}[{e.idx(self.ws_index(op, j, i))}] {{alignment = 16}} : "
+                             f"{ws.mtype}, vector<4xf32>", "vf")
+                    v = x if v is None else e.op(f"arith.addf {v}, {x} : vector<4xf32>", "vf")
+                goff = e.add(blk, e.dot(e.delinearize(row, shape[:-1]) + [col], g.strides))
+                if g.elt != "f32":
+                    v = e.op(f"arith.truncf {v} : vector<4xf32> to vector<4x{g.elt}>", "vv")
+                if g.chunks_along(len(shape) - 1, 4):
+                    e.line(f"vector.store {v}, {g.name}[{e.idx(goff)}] {{alignment = {4 * g.itemsize}}} : "
+                           f"{g.mtype}, vector<4x{g.elt}>")
+                else:
+                    for q in range(4):
+                        x = e.op(f"vector.extract {v}[{q}] : {g.elt} from vector<4x{g.elt}>", "x")
+                        e.line(f"memref.store {x}, {g.name}[{e.idx(e.add(goff, q * g.strides[-1]))}] : {g.mtype}")
 
     def combine_acc(self, op: Op) -> None:
         e = self.e

@@ -39,6 +39,8 @@ OPTIONS = (
            "dependents of the kernel before them (sm_90)"),
     Option("wgmma", parse_bool, True, "64-row tile matmuls of 4-warp blocks run as warpgroup wgmma "
            "(sm_90a) where the B tile is one swizzle atom wide"),
+    Option("clusters", parse_bool, True, "split for-loops of plain-sum outputs combine in a thread-block "
+           "cluster of their split blocks, each block its share of the rows (sm_90)"),
 )
 
 
@@ -49,7 +51,7 @@ def options(values: dict) -> Options:
                    layout=values["layout"], schedule=values["schedule"], smem_plan=values["smem-plan"],
                    vectorize=values["vectorize"], threads=values["threads"],
                    row_registers=values["row-registers"], pdl=values["pdl"],
-                   wgmma=values["wgmma"])
+                   wgmma=values["wgmma"], clusters=values["clusters"])
 
 
 def _lower_module(module, opts: Options) -> None:
