@@ -1,0 +1,74 @@
+"""Calibration of the loop split of MCFuser's GEMM chains (the rule of
+`lower.kernel_plan.default_split` for cluster-combined loops): for each GEMM row, the
+reference and the warp-resident tilings 64 x tl x th (tl in --tl, th 64 / 128 / 256), each
+lowered with the default split (`-s0`) and forced to 1, 2, 4, 8 (`Options(split=s)`), and
+for G4 and G10 also split 8 with the last-block combine (`-s8fold`). Writes the bundles and
+meta.json in `mbci.py --sweep`'s format, so `mbci.py --run-sweep DIR` checks and times them.
+
+    PYTHONPATH=python:examples python benchmarks/mbci_splits.py exp_rt/cl1 G4,G7,G10
+    PYTHONPATH=python:examples:benchmarks python3 benchmarks/mbci.py --run-sweep exp_rt/cl1   # GPU
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import mbci  # noqa: E402
+from mirage.lower import Options  # noqa: E402
+from mirage.lower import compile as mirage_compile  # noqa: E402
+from mirage.search.build import build as build_plan  # noqa: E402
+from mirage.search.config import SearchConfig  # noqa: E402
+from mirage.search.cost import cost  # noqa: E402
+from mirage.search.mbci import Tiling, find_chain, plan_of  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("rows", help="comma-separated GEMM rows (G1-G12)")
+    ap.add_argument("--tl", default="64,128", help="loop tiles (comma-separated)")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    meta = {}
+
+    def put(name, row, kind, g, opts, tiling=None):
+        try:
+            low = mirage_compile(g, "sm_90", os.path.join(a.out, name), opts).lowered
+        except Exception as e:  # the builder's or lowering's checks: the others are still built
+            print(f"FAIL  {name}: {type(e).__name__}: {e}", flush=True)
+            return
+        meta[name] = {"row": row, "kind": kind, "tiling": tiling,
+                      "model_us": [round(k.time * 1e6, 3) for k in cost(g).kernels],
+                      "grid": [k["grid"] for k in low.kernels], "block": [k["block"] for k in low.kernels],
+                      "split": [k["notes"].get("split") for k in low.kernels],
+                      "cluster": [k["notes"].get("cluster") for k in low.kernels]}
+        print(name, meta[name]["grid"], meta[name]["split"], meta[name]["cluster"], flush=True)
+
+    for row in a.rows.split(","):
+        ref = mbci.program(row)
+        put(f"{row}__ref", row, "ref", ref, Options())
+        _, M, N, K, H = mbci.GEMM[row]
+        c = find_chain(ref)
+        for tl in (int(x) for x in a.tl.split(",")):
+            for th in (t for t in (64, 128, 256) if t <= H and H % t == 0):
+                t = Tiling("n", 64, tl, th)
+                try:
+                    g = build_plan(ref, plan_of(c, t, SearchConfig()))
+                except Exception as e:  # shared memory: eq. (1) admits more than fits
+                    print(f"SKIP  {row} {t}: {e}", flush=True)
+                    continue
+                for s in (0, 1, 2, 4, 8):
+                    if not s or (N // tl) % s == 0:
+                        put(f"{row}__n64x{tl}x{th}-s{s}", row, "chain", g, Options(split=s), ["n", 64, tl, th])
+                if row in ("G4", "G10") and (N // tl) % 8 == 0:
+                    put(f"{row}__n64x{tl}x{th}-s8fold", row, "chain", g, Options(split=8, clusters=False),
+                        ["n", 64, tl, th])
+    with open(os.path.join(a.out, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
