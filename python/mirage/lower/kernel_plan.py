@@ -367,7 +367,7 @@ def default_split(blocks: int, R: int, sms: int, intensity: float = 0.0, cluster
     Such a loop that computes much on what it streams is split up to half the SMs, however
     few iterations a block keeps: each block's matmuls are what takes the time, and the
     combine is shared by the cluster. H100, the warp-resident tilings of G4-G12 with each
-    split (benchmarks/results/mbci.md, 2026-11-25 10:00): the fastest split of every tiling
+    split (benchmarks/results/mbci.md, 2026-11-25 09:40): the fastest split of every tiling
     of a grid under 64 blocks launched 64 (G4 64x128x128: 16 blocks, R 4: split 4 11.6 us,
     unsplit 22.3; 64x64x256: 8 blocks, R 8: split 8 14.3, 4 16.2), of 64 blocks or more none."""
     if intensity >= COMPUTE_BOUND_INTENSITY and cluster:

@@ -370,7 +370,7 @@ def with_resident(c: Chain, cands: list[Tiling], tilings: list[Tiling], cfg: Sea
             out.append(t)
     # and a GEMM chain's with the widest E tile (fewest recomputations of C), the longest
     # loop tile of it: the lowering splits its few blocks' loop over a cluster each. H100
-    # (benchmarks/results/mbci.md, 2026-11-25 10:00): G7 64 x 128 x 64 in 16 blocks split 4,
+    # (benchmarks/results/mbci.md, 2026-11-25 09:40): G7 64 x 128 x 64 in 16 blocks split 4,
     # 8.9 us, against 9.5 for the reference and 9.7 for the fastest seed before
     wide = sorted((t for t in res if t.form == "n"), key=lambda t: (-t.th, -t.tl, model_time(c, t, dev)))
     if not c.normalized and wide and wide[0] not in top + out:
