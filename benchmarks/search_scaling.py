@@ -28,8 +28,9 @@ loses nothing beyond what N busy CPUs lose anyway.
 workers, forked, inherit it), each work unit's and each call's CPU (`time.process_time()`)
 and wall time, in DIR/<pid>.jsonl, and adds per run: the units' CPU (and against the same
 units in the one-worker run), the workers' CPU outside their calls, when their first
-calls began (a unit cut into pieces: its pieces' CPU together), and how many units handed
-work back to idle workers (driver._Donated). How the 16-worker search's extra CPU was found
+calls began (a unit cut into pieces: its pieces' CPU together), how many units handed
+work back to idle workers (driver._Donated), and the full garbage collections (count, CPU)
+and page faults inside the units (executor._frozen says why). How the 16-worker search's extra CPU was found
 (results/search_scaling.md). `--donate-min SECONDS` sets driver.DONATE_MIN (inf: no unit
 hands work back), to compare.
 
@@ -44,6 +45,7 @@ benchmarks/results/search_scaling.md (or --out; `--executor local`: search_scali
 import argparse
 import contextlib
 import datetime
+import gc
 import glob
 import io
 import json
@@ -59,7 +61,7 @@ import warnings
 sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "python"), os.path.dirname(__file__)]
 
 from search_benchmarks import BENCHMARKS  # noqa: E402
-from mirage.search import driver as D, superoptimize  # noqa: E402
+from mirage.search import driver as D, executor as X, superoptimize  # noqa: E402
 
 PLAIN = {"item": D._run_item, "units": D._run_units, "check": D._check_item}  # the driver's, wrapped by --trace
 TRACE = {}  # "dir": where --trace writes
@@ -70,10 +72,24 @@ def _log(rec):
         f.write(json.dumps(rec) + "\n")
 
 
+FULL_GC = [0, 0.0, 0.0]  # this process's full collections: how many, their CPU, when the one running began
+
+
+def _on_gc(phase, info):
+    if info["generation"] == 2:
+        if phase == "start":
+            FULL_GC[2] = time.process_time()
+        else:
+            FULL_GC[0] += 1
+            FULL_GC[1] += time.process_time() - FULL_GC[2]
+
+
 def _traced_item(unit, piece=None):  # a piece of a unit (driver._Piece) is logged as its unit
     c, t = time.process_time(), time.time()
+    gc0, faults = FULL_GC[:2], resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     out = PLAIN["item"](unit) if piece is None else PLAIN["item"](unit, piece)
-    _log(["unit", repr(unit), t, time.time(), c, time.process_time()])
+    _log(["unit", repr(unit), t, time.time(), c, time.process_time(), FULL_GC[0] - gc0[0], FULL_GC[1] - gc0[1],
+          resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults])
     return out
 
 
@@ -120,6 +136,7 @@ def trace_summary(t0, one=None):
     `one`, the per-unit CPU of a one-worker run), per worker process the CPU outside its
     calls and checks (from its start to its last call's end) and when its first call began."""
     units, outside, first, spans = {}, 0.0, [], {}
+    full, faults = [0, 0.0], 0  # in the units: full collections (count, CPU), page faults
     for path in glob.glob(os.path.join(TRACE["dir"], "*.jsonl")):
         with open(path) as f:
             recs = [r for r in map(json.loads, f) if r[2] >= t0]
@@ -129,6 +146,7 @@ def trace_summary(t0, one=None):
                 units[r[1]] = units.get(r[1], 0.0) + r[5] - r[4]
                 a, b = spans.get(r[1], (r[2] - t0, r[3] - t0))
                 spans[r[1]] = (min(a, r[2] - t0), max(b, r[3] - t0))
+                full[0], full[1], faults = full[0] + r[6], full[1] + r[7], faults + r[8]
         if calls:
             outside += calls[-1][5] - sum(r[5] - r[4] for r in calls)
             first.append(calls[0][2] - t0)
@@ -143,7 +161,8 @@ def trace_summary(t0, one=None):
         big = max(units, key=units.get)
         line += (f"; largest unit {units[big]:.2f} s of CPU ({100 * units[big] / total:.1f} % of the units'), "
                  f"ran {spans[big][0]:.2f}-{spans[big][1]:.2f} s; last unit ended at "
-                 f"{max(e for _, e in spans.values()):.2f} s")
+                 f"{max(e for _, e in spans.values()):.2f} s; in the units {full[0]} full garbage collections, "
+                 f"{full[1]:.2f} s of CPU, {faults} page faults")
     return units, line
 
 PROGRAMS = ("gqa", "qknorm_attention")
@@ -185,8 +204,9 @@ def independent(name, n, a):
         q.put((time.monotonic() - t0, res.stats.states, res.candidates[0].key))
 
     ps = [ctx.Process(target=one) for _ in range(n)]
-    for p in ps:
-        p.start()
+    with X._frozen():  # as the local pool forks its workers: they do not walk (and copy) this process's objects
+        for p in ps:
+            p.start()
     out = [q.get() for _ in ps]
     for p in ps:
         p.join()
@@ -227,6 +247,7 @@ def main():
             ap.error("--trace needs --executor local (Ray's workers are not forked from this process)")
         os.makedirs(a.trace, exist_ok=True)
         TRACE["dir"] = a.trace
+        gc.callbacks.append(_on_gc)  # forked workers inherit it
         D._run_item, D._run_units, D._check_item = _traced_item, _traced_units, _traced_check
     results = os.path.join(os.path.dirname(__file__), "results")
     a.out = a.out or os.path.join(results, "search_scaling.md" if a.executor == "ray" else "search_scaling_local.md")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import itertools
 import multiprocessing as mp
 import os
@@ -71,7 +72,7 @@ class LocalPool:
         self._stop = ctx.Event()
         self._want = ctx.Value("i", 0)  # `want`: shared with the workers
         self._wanted = 0
-        with _one_blas_thread() as inherited:  # mp's Pool forks its workers here
+        with _one_blas_thread() as inherited, _frozen():  # mp's Pool forks its workers here
             self._pool = ctx.Pool(workers, _local_init,
                                   (init, not inherited, self._want, deadline, self._stop) + tuple(init_args))
         self._ids = itertools.count()
@@ -144,6 +145,26 @@ def _local_init(init, set_blas, want, *args):
     if set_blas:  # the parent could not fork them at one BLAS thread (`_one_blas_thread`)
         set_blas_threads(1)
     init(*args)
+
+
+@contextlib.contextmanager
+def _frozen():
+    """This process's objects out of the garbage collector's reach while a pool forks its
+    workers (`gc.freeze`), then back in it. A worker's full collection walks every object
+    it tracks and writes to each: without this, also those inherited from the driver (a
+    one-worker search's generator before, split's memos, the modules), whose pages each
+    worker then copies. QKNorm at max_block_ops=11, 16 workers forked after a one-worker
+    search (2-core VM, the workers run one at a time): 13.2 s of the units' 61.7 s of CPU
+    in 19 full collections, 896k page faults; frozen 0.35 s, 165k. Where the caller froze
+    objects itself, nothing changes."""
+    mine = gc.get_freeze_count() == 0
+    if mine:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if mine:
+            gc.unfreeze()
 
 
 # (getter, setter) of OpenBLAS's thread count, as numpy's and scipy's copies name them
