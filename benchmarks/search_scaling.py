@@ -30,7 +30,7 @@ and wall time, in DIR/<pid>.jsonl, and adds per run: the units' CPU (and against
 units in the one-worker run), the workers' CPU outside their calls, when their first
 calls began (a unit cut into pieces: its pieces' CPU together), how many units handed
 work back to idle workers (driver._Donated), and the full garbage collections (count, CPU)
-and page faults inside the units (executor._frozen says why). How the 16-worker search's extra CPU was found
+and page faults inside the units (executor._local_init says why). How the 16-worker search's extra CPU was found
 (results/search_scaling.md). `--donate-min SECONDS` sets driver.DONATE_MIN (inf: no unit
 hands work back), to compare.
 
@@ -61,7 +61,7 @@ import warnings
 sys.path[:0] = [os.path.join(os.path.dirname(__file__), "..", "python"), os.path.dirname(__file__)]
 
 from search_benchmarks import BENCHMARKS  # noqa: E402
-from mirage.search import driver as D, executor as X, superoptimize  # noqa: E402
+from mirage.search import driver as D, superoptimize  # noqa: E402
 
 PLAIN = {"item": D._run_item, "units": D._run_units, "check": D._check_item}  # the driver's, wrapped by --trace
 TRACE = {}  # "dir": where --trace writes
@@ -198,15 +198,15 @@ def independent(name, n, a):
     start, q = ctx.Barrier(n), ctx.Queue()
 
     def one():
+        gc.freeze()  # as a pool's worker does (executor._local_init): its collections skip what it inherited
         start.wait()
         t0 = time.monotonic()
         res = run(name, 1, a, executor="local")[0]
         q.put((time.monotonic() - t0, res.stats.states, res.candidates[0].key))
 
     ps = [ctx.Process(target=one) for _ in range(n)]
-    with X._frozen():  # as the local pool forks its workers: they do not walk (and copy) this process's objects
-        for p in ps:
-            p.start()
+    for p in ps:
+        p.start()
     out = [q.get() for _ in ps]
     for p in ps:
         p.join()

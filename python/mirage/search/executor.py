@@ -72,7 +72,7 @@ class LocalPool:
         self._stop = ctx.Event()
         self._want = ctx.Value("i", 0)  # `want`: shared with the workers
         self._wanted = 0
-        with _one_blas_thread() as inherited, _frozen():  # mp's Pool forks its workers here
+        with _one_blas_thread() as inherited:  # mp's Pool forks its workers here
             self._pool = ctx.Pool(workers, _local_init,
                                   (init, not inherited, self._want, deadline, self._stop) + tuple(init_args))
         self._ids = itertools.count()
@@ -138,6 +138,14 @@ def steal() -> bool:
 
 
 def _local_init(init, set_blas, want, *args):
+    # what this worker inherited from the driver (a one-worker search's generator before,
+    # split's memos, the modules) out of its garbage collector's reach: a full collection
+    # walks every object it tracks and writes to each, so each worker copied those pages.
+    # QKNorm at max_block_ops=11 on the GPU machine's 16 CPUs after a one-worker search:
+    # 14.4 s of the units' 70.0 s of CPU in 35 full collections, 952k page faults. Frozen
+    # in the worker (it costs nothing: the collector's lists are moved whole), so that the
+    # driver's collections stay as they were.
+    gc.freeze()
     # a driver connected to Ray has Ray's SIGTERM handler, which its forked children
     # inherit: it would print a crash report when `terminate()` stops them
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -145,26 +153,6 @@ def _local_init(init, set_blas, want, *args):
     if set_blas:  # the parent could not fork them at one BLAS thread (`_one_blas_thread`)
         set_blas_threads(1)
     init(*args)
-
-
-@contextlib.contextmanager
-def _frozen():
-    """This process's objects out of the garbage collector's reach while a pool forks its
-    workers (`gc.freeze`), then back in it. A worker's full collection walks every object
-    it tracks and writes to each: without this, also those inherited from the driver (a
-    one-worker search's generator before, split's memos, the modules), whose pages each
-    worker then copies. QKNorm at max_block_ops=11, 16 workers forked after a one-worker
-    search (2-core VM, the workers run one at a time): 13.2 s of the units' 61.7 s of CPU
-    in 19 full collections, 896k page faults; frozen 0.35 s, 165k. Where the caller froze
-    objects itself, nothing changes."""
-    mine = gc.get_freeze_count() == 0
-    if mine:
-        gc.freeze()
-    try:
-        yield
-    finally:
-        if mine:
-            gc.unfreeze()
 
 
 # (getter, setter) of OpenBLAS's thread count, as numpy's and scipy's copies name them
