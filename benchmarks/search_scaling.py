@@ -72,16 +72,17 @@ def _log(rec):
         f.write(json.dumps(rec) + "\n")
 
 
-FULL_GC = [0, 0.0, 0.0]  # this process's full collections: how many, their CPU, when the one running began
+FULL_GC = [0, 0.0, 0.0, 0.0]  # this process's full collections: how many, their CPU; when the one running began
 
 
 def _on_gc(phase, info):
     if info["generation"] == 2:
         if phase == "start":
-            FULL_GC[2] = time.process_time()
+            FULL_GC[2:] = time.process_time(), time.time()
         else:
             FULL_GC[0] += 1
             FULL_GC[1] += time.process_time() - FULL_GC[2]
+            _log(["gc", 1, FULL_GC[3], time.time(), FULL_GC[2], time.process_time()])
 
 
 def _traced_item(unit, piece=None):  # a piece of a unit (driver._Piece) is logged as its unit
@@ -137,9 +138,12 @@ def trace_summary(t0, one=None):
     calls and checks (from its start to its last call's end) and when its first call began."""
     units, outside, first, spans = {}, 0.0, [], {}
     full, faults = [0, 0.0], 0  # in the units: full collections (count, CPU), page faults
+    stalls = []  # the driver's full collections (wall seconds): with a pool, it deals no call meanwhile
     for path in glob.glob(os.path.join(TRACE["dir"], "*.jsonl")):
         with open(path) as f:
             recs = [r for r in map(json.loads, f) if r[2] >= t0]
+        if path.endswith(f"/{os.getpid()}.jsonl"):
+            stalls += [r[3] - r[2] for r in recs if r[0] == "gc"]
         calls = sorted((r for r in recs if r[0] in ("call", "check")), key=lambda r: r[2])
         for r in recs:
             if r[0] == "unit":  # a unit's pieces, on several workers, add up
@@ -163,6 +167,8 @@ def trace_summary(t0, one=None):
                  f"ran {spans[big][0]:.2f}-{spans[big][1]:.2f} s; last unit ended at "
                  f"{max(e for _, e in spans.values()):.2f} s; in the units {full[0]} full garbage collections, "
                  f"{full[1]:.2f} s of CPU, {faults} page faults")
+    if stalls:
+        line += f"; the driver's full collections {len(stalls)}, {sum(stalls):.2f} s (longest {max(stalls):.2f} s)"
     return units, line
 
 PROGRAMS = ("gqa", "qknorm_attention")

@@ -1,10 +1,15 @@
-"""A worker of the local pool freezes what it inherited from the driver (executor._local_init):
-its garbage collections skip those objects, so they do not write to (and copy) every page
-of the driver's heap; the driver's own collections are as they were."""
+"""Garbage collections around the local pool: a worker freezes what it inherited from the
+driver (executor._local_init), so that its collections do not write to (and copy) every
+page of the driver's heap, and the driver does not collect while it deals the work."""
 import gc
+import os
+import sys
 
 from mirage.search import driver as D
 from mirage.search import executor as X
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_search_ray import search  # noqa: E402
 
 
 def _tracked(ident: int) -> tuple:
@@ -24,3 +29,20 @@ def test_workers_skip_the_objects_they_inherit_and_the_driver_does_not():
         assert frozen >= 1000 and not walked
     finally:
         pool.close()
+
+
+def test_the_driver_puts_off_its_collections_while_it_deals(monkeypatch):
+    # a full collection of the driver's heap would leave the workers whose calls return
+    # meanwhile waiting (driver._collections_put_off); after the enumeration it collects again
+    seen = []
+
+    class Lanes(D._Lanes):
+        def take(self, lane=None):
+            seen.append(gc.isenabled())
+            return super().take(lane)
+
+    monkeypatch.setattr(D, "_Lanes", Lanes)
+    assert gc.isenabled()
+    res = search("gqa", workers=2)
+    assert seen and not any(seen) and gc.isenabled()
+    assert res.candidates[0].key != "reference"
