@@ -1,6 +1,7 @@
 """Calibration of the loop split of MCFuser's GEMM chains (the rule of
 `lower.kernel_plan.default_split` for cluster-combined loops): for each GEMM row, the
-reference and the warp-resident tilings 64 x tl x th (tl in --tl, th 64 / 128 / 256), each
+reference and the warp-resident tilings tm x tl x th (tm in --tm, tl in --tl, th 64 / 128 /
+256; 16 rows a warp: a 128-row tiling runs 8 warps, two warpgroups), each
 lowered with the default split (`-s0`) and forced to 1, 2, 4, 8 (`Options(split=s)`), and
 for G4 and G10 also split 8 with the last-block combine (`-s8fold`). Writes the bundles and
 meta.json in `mbci.py --sweep`'s format, so `mbci.py --run-sweep DIR` checks and times them.
@@ -27,8 +28,10 @@ from mirage.search.mbci import Tiling, find_chain, plan_of  # noqa: E402
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
-    ap.add_argument("rows", help="comma-separated GEMM rows (G1-G12)")
+    ap.add_argument("rows", help="comma-separated rows (G1-G12, S1-S9)")
     ap.add_argument("--tl", default="64,128", help="loop tiles (comma-separated)")
+    ap.add_argument("--tm", default="64", help="row tiles (comma-separated; 16 rows a warp)")
+    ap.add_argument("--splits", default="0,1,2,4,8", help="split factors (0: the lowering's choice)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     meta = {}
@@ -49,22 +52,25 @@ def main() -> int:
     for row in a.rows.split(","):
         ref = mbci.program(row)
         put(f"{row}__ref", row, "ref", ref, Options())
-        _, M, N, K, H = mbci.GEMM[row]
+        _, M, N, K, H = mbci.ROWS[row]
         c = find_chain(ref)
-        for tl in (int(x) for x in a.tl.split(",")):
-            for th in (t for t in (64, 128, 256) if t <= H and H % t == 0):
-                t = Tiling("n", 64, tl, th)
-                try:
-                    g = build_plan(ref, plan_of(c, t, SearchConfig()))
-                except Exception as e:  # shared memory: eq. (1) admits more than fits
-                    print(f"SKIP  {row} {t}: {e}", flush=True)
-                    continue
-                for s in (0, 1, 2, 4, 8):
-                    if not s or (N // tl) % s == 0:
-                        put(f"{row}__n64x{tl}x{th}-s{s}", row, "chain", g, Options(split=s), ["n", 64, tl, th])
-                if row in ("G4", "G10") and (N // tl) % 8 == 0:
-                    put(f"{row}__n64x{tl}x{th}-s8fold", row, "chain", g, Options(split=8, clusters=False),
-                        ["n", 64, tl, th])
+        for tm, tl, th in ((tm, tl, th) for tm in (int(x) for x in a.tm.split(","))
+                           for tl in (int(x) for x in a.tl.split(",")) for th in sorted({64, 128, 256, H})):
+            if th > H or H % th or M % tm:
+                continue
+            t, threads = Tiling("n", tm, tl, th), 2 * tm  # 16 rows a warp
+            try:
+                g = build_plan(ref, plan_of(c, t, SearchConfig()))
+            except Exception as e:  # shared memory: eq. (1) admits more than fits
+                print(f"SKIP  {row} {t}: {e}", flush=True)
+                continue
+            for s in (int(x) for x in a.splits.split(",")):
+                if not s or (N // tl) % s == 0:
+                    put(f"{row}__n{tm}x{tl}x{th}-s{s}", row, "chain", g, Options(split=s, threads=threads),
+                        ["n", tm, tl, th])
+            if row in ("G4", "G10") and (N // tl) % 8 == 0 and tm == 64:
+                put(f"{row}__n64x{tl}x{th}-s8fold", row, "chain", g, Options(split=8, clusters=False),
+                    ["n", 64, tl, th])
     with open(os.path.join(a.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=0)
     return 0

@@ -14,7 +14,7 @@
 // CHECK: memref.extract_aligned_pointer_as_index %[[W]]
 // CHECK: L2::evict_first
 // CHECK: nvgpu.mma.sync
-// CHECK: memref.store {{.*}}, %[[WS]]
+// CHECK: vector.store {{.*}}, %[[WS]]
 // CHECK: fence.acq_rel.gpu
 // CHECK: memref.atomic_rmw addf {{.*}}, %[[WS]]
 // CHECK: scf.if
@@ -32,7 +32,7 @@
 // TWO-SAME: known_grid_size = array<i32: 2, 1, 2>
 // TWO: gpu.block_id z
 // TWO: nvgpu.mma.sync
-// TWO: memref.store {{.*}}, %[[WS]]
+// TWO: vector.store {{.*}}, %[[WS]]
 // TWO: gpu.func @mlp_k0_combine(%{{.*}}: memref<4096xf16>, %{{.*}}: memref<32768xf16>, %[[WS2:.*]]: memref<1024xf32>, %{{.*}}: memref<512xf16>) kernel
 // TWO-SAME: known_grid_size = array<i32: 2, 1, 1>
 // TWO: memref.load %[[WS2]]

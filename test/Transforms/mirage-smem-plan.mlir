@@ -1,6 +1,7 @@
 // RUN: mirage-opt %s --split-input-file --mirage-smem-plan=row-registers=false | FileCheck %s
 // RUN: mirage-opt %s --split-input-file --mirage-smem-plan | FileCheck %s --check-prefix=ROWS
-// RUN: mirage-opt %s --split-input-file --mirage-smem-plan=fold-combine=false | FileCheck %s --check-prefix=NOFOLD
+// RUN: mirage-opt %s --split-input-file --mirage-smem-plan=fold-combine=false,clusters=false | FileCheck %s --check-prefix=NOFOLD
+// RUN: mirage-opt %s --split-input-file --mirage-smem-plan=clusters=false | FileCheck %s --check-prefix=FOLD
 // RUN: not mirage-opt %s --split-input-file --mirage-smem-plan=capacity=16384,row-registers=false 2>&1 | FileCheck %s --check-prefix=CAP
 
 // An element-wise chain x -> exp -> sqrt -> exp with its tiles in shared memory: only
@@ -30,13 +31,16 @@ func.func @chain(%x: tensor<16x512xf16>) -> tensor<16x512xf16> {
 // -----
 
 // A matmul over a for-loop of 8 on a grid of 8 blocks: the lowering splits the loop over 2
-// blocks (one partial kernel that folds the combine: its arrival `flag`), keeps the
-// accumulator in registers (no tile for the matmul's result op0), and prefetches both
-// loop-varying inputs in a ring of 4 stages (the 4 iterations each block runs); the f16
-// accumulator tile op1 is written after the loop. With fold-combine=false: a partial and a
-// combine kernel, each with its own buffers.
+// blocks (one partial kernel whose 2 split blocks are a cluster that combines: no arrival
+// flag), keeps the accumulator in registers (no tile for the matmul's result op0), and
+// prefetches both loop-varying inputs in a ring of 4 stages (the 4 iterations each block
+// runs); the f16 accumulator tile op1 is written after the loop. With clusters=false the
+// partial kernel folds the combine into its last block (its arrival `flag`); with
+// fold-combine=false too, a partial and a combine kernel, each with its own buffers.
 // CHECK-LABEL: func.func @mm
-// CHECK: kn.graph_def {{.*}}tb.smem = {partial = #tb.smem<stages = 4, offsets = {flag = {{[0-9]+}} : i64, in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>}
+// CHECK: kn.graph_def {{.*}}tb.smem = {partial = #tb.smem<stages = 4, offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>}
+// FOLD-LABEL: func.func @mm
+// FOLD: kn.graph_def {{.*}}tb.smem = {partial = #tb.smem<stages = 4, offsets = {flag = {{[0-9]+}} : i64, in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>}
 // NOFOLD-LABEL: func.func @mm
 // NOFOLD: kn.graph_def {{.*}}tb.smem = {combine = #tb.smem<stages = 1, offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>, partial = #tb.smem<stages = 4, offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>}
 func.func @mm(%x: tensor<16x512xf16>, %w: tensor<512x512xf16>) -> tensor<16x512xf16> {

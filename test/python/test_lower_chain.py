@@ -15,7 +15,7 @@ from mirage.lower.kernel_plan import CLUSTER_MAX, _unary_chain, choose_split
 from mirage.search.build import build
 from mirage.search.config import SearchConfig
 from mirage.search.mbci import RESIDENT, RESIDENT_TILE, SEEDS, Tiling, blocks, find_chain, launched_blocks, \
-    plan_of, resident_key, space, warp_resident, with_resident
+    plan_of, resident_key, space, two_warpgroups, warp_resident, with_resident
 
 
 def chain(b, M, N, K, H, attn=False):
@@ -123,6 +123,8 @@ def test_seeds_add_warp_resident_tilings():
     cands = space(c, cfg, {}, split_aware=True)
     explored = [t for t in cands if not warp_resident(c, t, 4)][:SEEDS]
     seeds = with_resident(c, cands, explored, cfg)
+    # (the widest E tile is the first resident one here; 8 x 16 row blocks of 64 fill the
+    # SMs: no seed of two warpgroups)
     assert seeds[:SEEDS] == explored and len(seeds) == SEEDS + RESIDENT
     extra = seeds[SEEDS:]
     assert all(warp_resident(c, t, 4) and t.tl <= RESIDENT_TILE and t.th <= RESIDENT_TILE for t in extra)
@@ -167,8 +169,43 @@ def test_seeds_add_the_widest_e_tile():
     c = find_chain(chain(1, 512, 512, 256, 256))
     cfg = SearchConfig()
     seeds = with_resident(c, space(c, cfg, {}, split_aware=True), [], cfg)
-    assert seeds[-1] == Tiling("n", 64, 128, 128) and len(seeds) == RESIDENT + 1
-    assert blocks(c, seeds[-1]) == 16 and launched_blocks(c, seeds[-1], cfg.sms) == 64
+    assert seeds[-2] == Tiling("n", 64, 128, 128) and len(seeds) == RESIDENT + 2
+    assert blocks(c, seeds[-2]) == 16 and launched_blocks(c, seeds[-2], cfg.sms) == 64
+
+
+def test_two_warpgroup_seed_runs_eight_warps_of_wgmma():
+    # G10: the last seed holds 128 rows a block, 16 a warp; its plan records 256 threads,
+    # and both matmuls run as warpgroup matmuls, one per warpgroup, with C kept in the
+    # fragments; 8 x 2 blocks of 8 loop steps split 4 ways in clusters
+    g = chain(1, 1024, 1024, 128, 128)
+    c, cfg = find_chain(g), SearchConfig()
+    t = with_resident(c, space(c, cfg, {}, split_aware=True), [], cfg)[-1]
+    assert t == Tiling("n", 128, 128, 64) and two_warpgroups(c, t, 4, cfg.sms) and not warp_resident(c, t, 4)
+    body = build(g, plan_of(c, t, cfg)).ops[0].body
+    assert tuple(body.block_dim) == (256, 1, 1) and tuple(body.grid_dim) == (1, 8, 2)
+    (k,) = plan_graph(build(g, plan_of(c, t, cfg)), Options()).kernels
+    assert k.plan.block == (256, 1, 1) and len(k.plan.wgmma) == 2 and k.plan.notes["frag_fused"] == 1
+    assert (k.plan.split, k.plan.cluster) == (4, 4) and launched_blocks(c, t, cfg.sms) == 64
+    _, ptx = to_ptx(build(g, plan_of(c, t, cfg)), disk_cache=False)
+    assert ".maxntid 256, 1, 1" in ptx and ptx.count("wgmma.mma_async") >= 2
+    # attention keeps 64-row tiles (128-row ones ran 1.2-1.3x slower on S1-S9)
+    a = find_chain(chain(8, 512, 512, 64, 64, True))
+    assert not any(two_warpgroups(a, x, 4, cfg.sms) for x in with_resident(a, space(a, cfg, {}, split_aware=True), [], cfg))
+
+
+def test_cost_counts_the_cluster_split_of_warp_resident_tilings():
+    # G4: 64 x 128 x 128 (16 blocks, 16 rows a warp) launches 64 blocks split 4: costed as
+    # 64 blocks of one iteration, plus its partials; 32 x 128 x 128 (8 rows a warp) as before
+    from mirage.search.cost import cluster_split_of, cost
+
+    g = chain(1, 512, 512, 256, 256)
+    c, cfg = find_chain(g), SearchConfig()
+    wide = build(g, plan_of(c, Tiling("n", 64, 128, 128), cfg))
+    thin = build(g, plan_of(c, Tiling("n", 32, 128, 128), cfg))
+    assert cluster_split_of(wide.ops[0].body) == 4 and cluster_split_of(thin.ops[0].body) == 1
+    (k,) = cost(wide).kernels
+    assert k.blocks == 64 and k.time < cost(thin).time
+    assert choose_split(wide.ops[0].body, Options(clusters=False)) == 1  # no cluster: not split at all
 
 
 @pytest.mark.parametrize("shape,first", [((1, 1024, 1024, 128, 128), (64, 128, 16)),   # G10: 16 x 8 blocks

@@ -245,9 +245,9 @@ class Options:
     # before it (griddepcontrol.wait) and lets the next one launch as it finishes, so that
     # back-to-back launches overlap; off on targets without it (`lower.to_ptx`)
     pdl: bool = True
-    # Hopper warpgroup matmuls (sm_90a; `KernelPlan.wgmma`): a 64-row tile matmul of a
-    # 4-warp block whose B tile is one swizzle atom wide runs as wgmma.mma_async, B read
-    # by the tensor cores straight from shared memory; off on targets without it
+    # Hopper warpgroup matmuls (sm_90a; `KernelPlan.wgmma`): a tile matmul of 16 rows a
+    # warp in a block of whole warpgroups whose B tile is swizzled runs as wgmma.mma_async,
+    # B read by the tensor cores straight from shared memory; off on targets without it
     wgmma: bool = True
     # a split for-loop of at most CLUSTER_MAX blocks whose outputs are plain sums runs its
     # split blocks as one thread-block cluster (sm_90): each block writes its partials, the
@@ -973,19 +973,21 @@ class KernelPlan:
 
     def _wgmma_ok(self, op: Op) -> bool:
         """Whether matmul `op` can run as wgmma m64nNk16 with A from registers (each of the
-        block's 4 warps holds 16 rows: the mma.sync path's A fragments, from ldmatrix or
-        from the fragments of the matmul before it (`a_from_regs`), and C layout) and B
+        block's warps, whole warpgroups of 4, holds 16 rows: one wgmma a warpgroup; the
+        mma.sync path's A fragments, from ldmatrix or from the fragments of the matmul
+        before it (`a_from_regs`), and C layout) and B
         from shared memory through a descriptor: B's tile [K, N] is row-major, swizzled as
         wide as its rows of 32, 64 or 128 bytes (the hardware's swizzle mode of that width
         for an MN-major operand) or stored as 128-byte swizzled column blocks
         (`Tile.atom`, N up to 256), every block aligned to the swizzle's 1024-byte period."""
-        if not self.opts.wgmma or self.nthreads != 128:
+        if not self.opts.wgmma or self.nthreads % 128:
             return False
         a, b = op.inputs
         M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
         tile = self.tiles.get(id(b))
         a_ok = id(a) in self.tiles or id(op) in self.a_from_regs
-        if M != 64 or K % 16 or N > 256 or a.dtype != b.dtype or tile is None or not a_ok or prod(b.shape[:-2]) != 1:
+        if M != 16 * (self.nthreads // 32) or K % 16 or N > 256 or a.dtype != b.dtype or tile is None \
+                or not a_ok or prod(b.shape[:-2]) != 1:
             return False
         row = N * tile.itemsize
         if tile.elt not in ("f16", "bf16") or not tile.inner_last or tile.ld != N:

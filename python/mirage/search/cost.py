@@ -146,10 +146,30 @@ def _predefined_cost(op, dev: Target) -> KernelCost:
 _PREDEFINED: dict = {}
 
 
+def cluster_split_of(tb: TBGraph, dev: Target = DEFAULT) -> int:
+    """The split of `tb`'s for-loop where the lowering combines it in clusters and splits it
+    because its matmuls are compute-bound (`lower.kernel_plan.default_split`) and each warp
+    holds 16 whole rows of every matmul (warpgroup matmuls, the chain's C in registers),
+    else 1: such a kernel launches that many times the blocks, each running its share of the
+    iterations. The others are costed as their grid, as before: H100 (benchmarks/results/
+    mbci.md, 2026-11-25 10:21), G5's 32-row tiling of 16 blocks split 4 in clusters ran 13.0 us
+    against the reference's 10.5, G4's 64-row one 9.7 against 10.6."""
+    from ..lower.kernel_plan import COMPUTE_BOUND_INTENSITY, Options, choose_split, cluster_split, loop_intensity
+
+    opts = Options(sms=dev.sms)
+    rows = 16 * (prod(tb.block_dim) // 32)
+    if any(op.kind == "matmul" and prod(op.outputs[0].shape[:-1]) != rows for op in tb.ops):
+        return 1
+    s = choose_split(tb, opts)
+    ok = s > 1 and cluster_split(tb, s, opts) and loop_intensity(tb) >= COMPUTE_BOUND_INTENSITY
+    return s if ok else 1
+
+
 def _graph_def_cost(op, dev: Target) -> KernelCost:
     tb: TBGraph = op.body
-    blocks = prod(tb.grid_dim)
-    iters = tb.forloop_range
+    s = cluster_split_of(tb, dev)
+    blocks = prod(tb.grid_dim) * s
+    iters = tb.forloop_range // s
     dram = 0.0
     l2 = 0.0
     smem = 0.0
@@ -158,8 +178,10 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
         reads = _bytes(rec.stensor) * n * blocks
         d, c = split_reads(reads, _bytes(t), dev)
         dram, l2, smem = dram + d, l2 + c, smem + reads
-    for o in tb.outputs:
-        dram += _bytes(o.stensor) * (iters if o.forloop_dim != -1 else 1) * blocks
+    for o in tb.outputs:  # (a split's blocks store 1 / s of the tile each)
+        dram += _bytes(o.stensor) * (iters if o.forloop_dim != -1 else 1) * blocks // s
+    if s > 1:  # the f32 partials, written and read back through L2
+        l2 += 8 * sum(prod(a.outputs[0].shape) for a in tb.ops if a.kind == "forloop_accum") * blocks
     tc, simt = 0.0, 0.0
     regs = regions(tb)
     for bop, region in zip(tb.ops, regs):

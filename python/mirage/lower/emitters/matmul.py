@@ -126,8 +126,9 @@ class MatmulEmitter:
         return res
 
     def wgmma(self, op: Op, acc: list[str] | None) -> list[str]:
-        """C (+)= A @ B on a warpgroup (the block's 4 warps, `KernelPlan._wgmma_ok`), one
-        wgmma.mma_async m64nNk16 per 16 rows of K: A's fragments loaded by ldmatrix as
+        """C (+)= A @ B on the warpgroups (each 4 of the block's warps, 64 rows,
+        `KernelPlan._wgmma_ok`), one wgmma.mma_async m64nNk16 per 16 rows of K (each
+        warpgroup its own, on the same B tile): A's fragments loaded by ldmatrix as
         for mma.sync (warp w: rows 16w..16w+15) or taken from the fragments of the matmul
         before it (`a_from_regs`), B read from shared memory through a descriptor. All of
         K's steps are one asm statement, between a fence and the wait for the group, so

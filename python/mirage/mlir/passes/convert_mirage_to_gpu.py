@@ -37,8 +37,8 @@ OPTIONS = (
            "in registers (no shared-memory tiles)"),
     Option("pdl", parse_bool, True, "kernels wait on griddepcontrol and are launched as programmatic "
            "dependents of the kernel before them (sm_90)"),
-    Option("wgmma", parse_bool, True, "64-row tile matmuls of 4-warp blocks run as warpgroup wgmma "
-           "(sm_90a) where the B tile is one swizzle atom wide"),
+    Option("wgmma", parse_bool, True, "tile matmuls of 16 rows a warp in blocks of whole warpgroups run as "
+           "warpgroup wgmma (sm_90a) where the B tile is swizzled"),
     Option("clusters", parse_bool, True, "split for-loops of plain-sum outputs combine in a thread-block "
            "cluster of their split blocks, each block its share of the rows (sm_90)"),
 )
