@@ -167,44 +167,17 @@ class _Piece:
 
     def follow(self, st) -> None:
         """`search_kernel(st)` for a kernel state of the unit's first kernel, its expansion
-        restricted to the piece's pairs."""
-        g = self.g
-        counted = g.stats
-        if self.lo > 0:  # the arrivals at the unit's kernel states count in piece 0
-            g.stats = Stats()
-        try:
-            if g.stops_at(st):  # a candidate: found by every piece, counted in piece 0's stats
-                return
-            key = g.state_key(st)
-            memo = g._memo.get(key)
-            if memo is not None:
-                g.stats.pruned["memo"] += 1
-                g.stats = counted  # the tails are this piece's pairs': their candidates count here
-                for tail, outs in memo:
-                    g._emit((tuple(st["ops"]) + tail, outs))
-                return
-        finally:
-            g.stats = counted
-        pairs = []
-        for c in g.kernel_choices(st):
-            pairs += [(c, None)] if c[0] == "op" else [(c, s) for s in g.schedules_for(st, c[1])]
+        restricted to the piece's pairs; the arrivals at the unit's kernel states (their
+        checks, candidates and memo hits) count in piece 0 only."""
+        self.g.search_kernel(st, part=self._run, arrival=Stats() if self.lo > 0 else None)
+
+    def _run(self, st, pairs) -> None:
         self.pairs = len(pairs)
-        n = len(st["ops"])
-        g._collectors.append([])
-        try:
-            for i in range(self.lo, len(pairs) if self.hi is None else min(self.hi, len(pairs))):
-                if i > self.lo and self._stop():
-                    self.stop = i
-                    break
-                c, s = pairs[i]
-                if s is None:
-                    g.expand(st, c)
-                else:
-                    for nst in g.graph_defs(st, c[1], [s]):
-                        g.search_kernel(nst)
-        finally:
-            got = g._collectors.pop()
-        g._memo[key] = [(p[0][n:], p[1]) for p in got]
+        for i in range(self.lo, len(pairs) if self.hi is None else min(self.hi, len(pairs))):
+            if i > self.lo and self._stop():
+                self.stop = i
+                break
+            self.g.run_pair(st, *pairs[i])
 
     def _stop(self) -> bool:
         """Whether to stop before the next pair: past the budget, or, past DONATE_MIN

@@ -450,28 +450,56 @@ class Generator:
             return float("inf")
         return cost(g, self.device).time
 
-    def search_kernel(self, st, depth=0):
+    def search_kernel(self, st, depth=0, part=None, arrival=None):
         """DFS from kernel state `st`. Subtrees are memoized by the state's signature
         (the abstract values, shapes and classes of its tensors, which of them are
         consumed, and the budgets left): different block graphs producing the same
-        tensors share one search of what follows."""
-        if self.stops_at(st):
-            return
-        key = self.state_key(st)
-        memo = self._memo.get(key)
+        tensors share one search of what follows. A driver's piece of a unit (`driver.
+        _Piece`) passes `part(st, pairs)`, which runs its share of the state's (kernel
+        choice, schedule) pairs (`pairs`, `run_pair`), and `arrival`, the stats that count
+        the state's checks and a memo hit instead of `self.stats`."""
+        counted = self.stats
+        self.stats = counted if arrival is None else arrival
+        try:
+            if self.stops_at(st):
+                return
+            key = self.state_key(st)
+            memo = self._memo.get(key)
+            if memo is not None:
+                self.stats.pruned["memo"] += 1
+        finally:
+            self.stats = counted
         n = len(st["ops"])
-        if memo is not None:
-            self.stats.pruned["memo"] += 1
+        if memo is not None:  # the tails' candidates count in `self.stats`
             for tail, outs in memo:
                 self._emit((tuple(st["ops"]) + tail, outs))
             return
         self._collectors.append([])
         try:
-            for c in self.kernel_choices(st):
-                self.expand(st, c)
+            if part is not None:
+                part(st, self.pairs(st))
+            else:
+                for c in self.kernel_choices(st):
+                    self.expand(st, c)
         finally:
             got = self._collectors.pop()
         self._memo[key] = [(p[0][n:], p[1]) for p in got]
+
+    def pairs(self, st) -> list:
+        """The (kernel choice, schedule) pairs of kernel state `st` in `search_kernel`'s
+        order: (pre-defined op, None) or (graph-defined kernel's inputs, a schedule)."""
+        out = []
+        for c in self.kernel_choices(st):
+            out += [(c, None)] if c[0] == "op" else [(c, s) for s in self.schedules_for(st, c[1])]
+        return out
+
+    def run_pair(self, st, c, s) -> None:
+        """`expand(st, c)` restricted to schedule `s` (None: a pre-defined op)."""
+        if s is None:
+            self.expand(st, c)
+        else:
+            for nst in self.graph_defs(st, c[1], [s]):
+                self.search_kernel(nst)
 
     def stops_at(self, st) -> bool:
         """`search_kernel`'s checks at kernel state `st` before its memo (the state counted):
