@@ -325,7 +325,7 @@ def cluster_rows(tb: TBGraph) -> int:
     """The rows every split block of a cluster could take a share of (`cluster_split`: the
     gcd of the accumulators' rows); 0 if the loop's combine cannot be a cluster's."""
     rows = gcd(*(prod(op.outputs[0].shape[:-1]) for op in tb.ops if op.kind == "forloop_accum"))
-    return rows if rows % 2 == 0 and cluster_split(tb, 2, Options(clusters=True)) else 0
+    return rows if cluster_split(tb, 2, Options(clusters=True)) else 0
 
 
 def loop_intensity(tb: TBGraph) -> float:

@@ -154,21 +154,22 @@ def cluster_split_of(tb: TBGraph, dev: Target = DEFAULT) -> int:
     iterations. The others are costed as their grid, as before: H100 (benchmarks/results/
     mbci.md, 2026-11-25 10:21), G5's 32-row tiling of 16 blocks split 4 in clusters ran 13.0 us
     against the reference's 10.5, G4's 64-row one 9.7 against 10.6."""
-    from ..lower.kernel_plan import COMPUTE_BOUND_INTENSITY, Options, choose_split, cluster_split, loop_intensity
+    from ..lower.kernel_plan import COMPUTE_BOUND_INTENSITY, cluster_rows, default_split, loop_intensity
 
-    opts = Options(sms=dev.sms)
-    rows = 16 * (prod(tb.block_dim) // 32)
-    if any(op.kind == "matmul" and prod(op.outputs[0].shape[:-1]) != rows for op in tb.ops):
+    warp_rows = 16 * (prod(tb.block_dim) // 32)
+    if any(op.kind == "matmul" and prod(op.outputs[0].shape[:-1]) != warp_rows for op in tb.ops):
         return 1
-    s = choose_split(tb, opts)
-    ok = s > 1 and cluster_split(tb, s, opts) and loop_intensity(tb) >= COMPUTE_BOUND_INTENSITY
-    return s if ok else 1
+    intensity = loop_intensity(tb)
+    rows = cluster_rows(tb) if intensity >= COMPUTE_BOUND_INTENSITY else 0
+    # `choose_split`'s rule where it takes the cluster branch (any split it gives divides `rows`)
+    return default_split(prod(tb.grid_dim), tb.forloop_range, dev.sms, intensity, rows) if rows else 1
 
 
 def _graph_def_cost(op, dev: Target) -> KernelCost:
     tb: TBGraph = op.body
     s = cluster_split_of(tb, dev)
-    blocks = prod(tb.grid_dim) * s
+    grid = prod(tb.grid_dim)
+    blocks = grid * s
     iters = tb.forloop_range // s
     dram = 0.0
     l2 = 0.0
@@ -179,7 +180,7 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
         d, c = split_reads(reads, _bytes(t), dev)
         dram, l2, smem = dram + d, l2 + c, smem + reads
     for o in tb.outputs:  # (a split's blocks store 1 / s of the tile each)
-        dram += _bytes(o.stensor) * (iters if o.forloop_dim != -1 else 1) * blocks // s
+        dram += _bytes(o.stensor) * (iters if o.forloop_dim != -1 else 1) * grid
     if s > 1:  # the f32 partials, written and read back through L2
         l2 += 8 * sum(prod(a.outputs[0].shape) for a in tb.ops if a.kind == "forloop_accum") * blocks
     tc, simt = 0.0, 0.0
