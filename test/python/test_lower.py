@@ -217,20 +217,22 @@ def test_sm80_target():
 
 def test_wgmma_for_64_row_tiles_of_a_warpgroup():
     """GatedMLP at batch 8 (64 rows, one 4-warp block per 32 columns of each weight): both
-    matmuls run as wgmma m64n32k16 (sm_90a), A from ldmatrix fragments, B from its 64-byte
-    swizzled tile through a descriptor (64B mode, 512-byte stride of 8-row groups), one
-    instruction per 16 rows of the 256-row K step, fenced for the async proxy after the
-    copies land; mma.sync nowhere. Options(wgmma=False), the 1-row batch and sm_80 keep
+    matmuls run as wgmma m64n32k16 (sm_90a), A from its 128-byte swizzled column blocks and
+    B from its 64-byte swizzled tile, both through descriptors (A: 128B mode, 1024-byte
+    stride of 8-row groups; B: 64B mode, 512-byte stride), one instruction per 16 rows of
+    the 256-row K step, fenced for the async proxy after the copies land; no ldmatrix and
+    mma.sync nowhere. Options(wgmma=False), the 1-row batch and sm_80 keep
     mma.sync on sm_90 / sm_80."""
     g = BENCHMARKS["gated_mlp"].fused(8)
     low, ptx = to_ptx(g, "sm_90", disk_cache=False)
     assert ".target sm_90a" in ptx and low.kernels[0]["notes"]["wgmma"] == 2
     body = entry_body(ptx, low.kernels[0]["name"])
     assert body.count("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16") == 2 * 16
-    # both matmuls in flight together (one wait, at the loop body's end), X's fragments
-    # loaded once for both: 16 ldmatrix.x4 a K step
+    # both matmuls in flight together (one wait, at the loop body's end), X read by both
+    # from shared memory
     assert MMA not in body and body.count("wgmma.wait_group.sync.aligned 0") == 1
-    assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 16
+    assert "ldmatrix" not in body and body.count(", da, d, p, 1, 1, 0, 1;") == 2 * 16
+    assert str((1 << 16) | (1024 // 16 << 32) | (1 << 62)) in low.module
     assert "fence.proxy.async.shared::cta" in body.split("bar.sync")[0]  # before the first barrier
     # the descriptor's fixed bits: both offsets 512 / 16 = 32, swizzle mode 2 (64 bytes)
     bits = (32 << 16) | (32 << 32) | (2 << 62)

@@ -70,9 +70,10 @@ def test_resident_chain_ir():
 @pytest.mark.parametrize("tl,th", [(64, 64), (128, 128), (128, 16)])
 def test_resident_chain_runs_warpgroup_matmuls(tl, th):
     """On sm_90 both GEMMs of a 64-row warp-resident chain are wgmma: the first's A by
-    ldmatrix, the second's A the first's fragments (no ldmatrix of C), B tiles of 128-byte
-    rows and of 256-byte rows stored as two swizzle atoms (`Tile.atom`), read through
-    descriptors whose leading offset is the distance between the atoms."""
+    ldmatrix (K = 128 < A_DESC_MIN_K), the second's A the first's fragments (no ldmatrix of
+    C), B tiles of 128-byte rows and of 256-byte rows stored as two swizzle atoms
+    (`Tile.atom`), read through descriptors whose leading offset is the distance between
+    the atoms."""
     g = tiled(chain(1, 64 * 64, 256, 128, th), 64, tl, th)  # 64 blocks: not widened (`block_threads`)
     p = kernel(g)
     assert p.notes["wgmma"] == 2 and p.notes["frag_fused"] == 1
@@ -144,11 +145,22 @@ def test_split_chain_combines_in_a_cluster():
     assert k["grid"] == [1, 8, 2 * 4] and k["block"] == [128, 1, 1]
     assert k["notes"]["split"] == k["notes"]["cluster"] == 4 and k["notes"]["wgmma"] == 2
     assert ".reqnctapercluster 1, 1, 4" in ptx and "barrier.cluster.arrive;" in ptx and "barrier.cluster.wait;" in ptx
-    # no arrival counter and no last-block combine: each block sums 16 of E's 64 rows
-    assert "atom.global" not in ptx and "fence.acq_rel.gpu" not in ptx
-    combine = ptx.split("barrier.cluster.wait;", 1)[1]
-    assert combine.count("ld.global.v4") == 4 and "st.global.v2.b32" in combine
-    assert low.buffers[-1]["shape"] == [8 * 2 * 4 * 64 * 128]  # the partials, no counters
+    # no arrival counter and no last-block combine: each block sums 16 of E's 64 rows, read
+    # from the 4 blocks' shared memory (no workspace), then waits until the others have read its own
+    assert "atom.global" not in ptx and "fence.acq_rel.gpu" not in ptx and low.buffers == []
+    before, combine = ptx.split("barrier.cluster.wait;", 1)
+    assert "st.global" not in before.rsplit("wgmma.wait_group", 1)[1]  # the partials stay on chip
+    assert before.count("st.shared.v2.b32") >= 64 * 128 // 128 // 2
+    assert combine.count("mapa.shared::cluster.u64") == 4 and combine.count("ld.shared::cluster.v4.f32") == 4
+    assert "ld.global" not in combine and "st.global.v2.b32" in combine
+    last_read = combine.rsplit("ld.shared::cluster.v4.f32", 1)[1]
+    assert "barrier.cluster.arrive.relaxed.aligned;" in last_read and "barrier.cluster.wait;" in last_read
+    # K = 256: C = A @ B reads A [64, 256] through a descriptor (K-major, four 128-byte
+    # swizzled column blocks of 64 x 128 bytes: 32 bytes a k-step, then the next block)
+    first = ptx.split("wgmma.commit_group", 1)[0]
+    assert "ldmatrix" not in ptx and first.count("p, 1, 1, 0, 1;") == 256 // 16
+    steps = [int(x.split(";", 1)[0]) for x in first.split("add.s64 da, da, ")[1:]]
+    assert steps == ([2, 2, 2, 64 * 128 // 16 - 6] * 4)[:-1]  # 16-byte units
     # without clusters (or a group over CLUSTER_MAX blocks): the last block combines
     (f,) = convert_to_gpu(g, Options(clusters=False, split=4)).kernels
     assert "cluster" not in f["notes"] and f["notes"]["split"] == 4

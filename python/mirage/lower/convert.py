@@ -169,13 +169,15 @@ def plan_graph(g: KNGraph, opts: Options, base: str | None = None) -> GraphPlan:
                       (("partial", kname + "_partial", []), ("combine", kname + "_combine", outs)))
             plans = [(KernelPlan(body, ins, opts, mode, split, bool(extra), kn_, extra), extra)
                      for mode, kn_, extra in stages]
-            ws_size = plans[0][0].ws_size
-            wsi = len(buffers)
-            buffers.append({"shape": [ws_size], "dtype": "f32"})
-            ws = GlobalArg("%ws", (ws_size,), (1,), "f32", 4)
+            ws_size = plans[0][0].ws_size  # 0: a cluster's blocks combine in shared memory
+            ws, wsarg = None, []
+            if ws_size:
+                wsarg = [{"kind": "buffer", "index": len(buffers)}]
+                buffers.append({"shape": [ws_size], "dtype": "f32"})
+                ws = GlobalArg("%ws", (ws_size,), (1,), "f32", 4)
             n_in = len(ins)
             for p, extra in plans:
-                kargs = args[:n_in] + [{"kind": "buffer", "index": wsi}] + (args[n_in:] if extra else [])
+                kargs = args[:n_in] + wsarg + (args[n_in:] if extra else [])
                 kernels.append(Kernel(p, extra, kargs, notes, op, ws))
             return
         kernels.append(Kernel(KernelPlan(body, ins, opts, "full", 1, bool(outs), kname, outs), outs, args, notes, op))

@@ -277,6 +277,13 @@ def split_ok(tb: TBGraph) -> bool:
     return any(op.kind == "forloop_accum" for op in tb.ops)
 
 
+# warpgroup matmuls read A through a shared-memory descriptor from this K on (A's ldmatrix
+# fragments: K / 4 registers a thread). H100 (benchmarks/results/mbci.md, 2026-11-25 12:17):
+# at K = 512 the fragments spilled (G5's 64 x 64 x 128 chain: 255 registers, 13.1 -> 11.5 us
+# with the descriptor); at K = 64 the attention rows ran slower with it (S1-S3 13.2-14.1 ->
+# 15.7-17.1 us), as did G7 (K = 128, 8.1 -> 8.9)
+A_DESC_MIN_K = 256
+
 # the most blocks of a portable thread-block cluster (CUDA: 8)
 CLUSTER_MAX = 8
 
@@ -285,10 +292,12 @@ def cluster_split(tb: TBGraph, split: int, opts: "Options") -> bool:
     """Whether a for-loop split over `split` blocks combines its partials in a cluster: every
     op after the loop is a plain-sum accumulator whose output is saved as it is, and each
     of those tiles has rows for every block of the cluster and 4-element rows (f32x4
-    partials)."""
+    partials) whose padded f32 copies fit in shared memory (`KernelPlan.place_parts`)."""
     if not opts.clusters or not 1 < split <= CLUSTER_MAX or not split_ok(tb):
         return False
     accs = [op for op in tb.ops if op.kind == "forloop_accum"]
+    if sum(part_bytes(op.outputs[0].shape) for op in accs) > opts.smem_capacity:
+        return False
     saved = {id(rec.stensor) for rec in tb.outputs}
     after = accum_after(tb)
     if any(id(op) in after for op in tb.ops if op.kind != "forloop_accum"):
@@ -297,6 +306,12 @@ def cluster_split(tb: TBGraph, split: int, opts: "Options") -> bool:
         return False
     return all(op.attrs["kind"] in ("none", "sum") and op.outputs[0].shape[-1] % 4 == 0
                and prod(op.outputs[0].shape[:-1]) % split == 0 for op in accs)
+
+
+def part_bytes(shape) -> int:
+    """Bytes of a register accumulator's partial in shared memory: f32 rows padded by 8
+    (the fragments' 8-byte stores of 8 rows hit distinct banks)."""
+    return prod(shape[:-1]) * (shape[-1] + 8) * 4
 
 
 def accum_after(tb: TBGraph) -> set[int]:
@@ -562,7 +577,7 @@ class KernelPlan:
         self.ws_off: dict[int, int] = {}
         off = 0
         for op in tb.ops:
-            if op.kind == "forloop_accum":
+            if op.kind == "forloop_accum" and not self.cluster:  # a cluster's partials stay in shared memory
                 self.ws_off[id(op)] = off
                 off += -(-prod(op.outputs[0].shape) * split * prod(tb.grid_dim) // 4) * 4  # 16-byte aligned parts
         self.ws_size = off
@@ -776,6 +791,8 @@ class KernelPlan:
         self.notes["stages"] = S
         self.notes["cp_async_inputs"] = sum(1 for v in self.async_in.values() if v)
         off = self._place(varying, S, final=True)
+        if self.cluster:
+            off = max(off, self.place_parts())
         self.smem = off
         self.wgmma = {id(op) for op in tb.ops if id(op) in self.mma_ops and self._wgmma_ok(op)}
         if self.wgmma:
@@ -785,6 +802,25 @@ class KernelPlan:
                                 f"shared memory with this lowering (padding, f32 accumulators, {S} stages"
                                 f"{', reuse of dead tiles' if self.opts.smem_plan else ''}), more than the "
                                 f"capacity {self.opts.smem_capacity}", tb)
+
+    def place_parts(self) -> int:
+        """Where each accumulator's partial waits for the cluster's other blocks to read it
+        (`AccumulatorEmitter.cluster_combine`): a scratch accumulator's is its scratch
+        tile; a register accumulator's is a padded f32 tile (`part_bytes`) over the space
+        of the tiles, which are dead after the loop (a cluster-combined loop has no other
+        op after it), past the scratch tiles. Returns the end of the last."""
+        self.parts: dict[int, Tile] = {}
+        end = max((t.offset + t.bytes for t in self.scratch.values()), default=0)
+        for op in self.tb.ops:
+            if op.kind != "forloop_accum":
+                continue
+            shape = tuple(op.outputs[0].shape)
+            if id(op) in self.scratch:
+                self.parts[id(op)] = self.scratch[id(op)]
+            else:
+                self.parts[id(op)] = Tile(shape, "f32", 4, ld=shape[-1] + 8, offset=-(-end // ALIGN) * ALIGN)
+                end = self.parts[id(op)].offset + self.parts[id(op)].bytes
+        return end
 
     def exec_order(self) -> list[int]:
         """Indices of tb.ops in the order this kernel runs them: the schedule's depth
@@ -995,6 +1031,18 @@ class KernelPlan:
         blocks_ok = tile.atom and (tile.rows_alloc * 128) % 1024 == 0
         return (tile.swizzle == row in (32, 64, 128) or bool(blocks_ok)) \
             and tile.offset % 1024 == 0 and tile.stage_bytes % 1024 == 0
+
+    def a_desc_ok(self, op: Op) -> bool:
+        """Whether warpgroup matmul `op` reads A from shared memory through a descriptor
+        instead of ldmatrix fragments (K / 16 x 4 registers a thread, which spilled at
+        K = 512): A's tile [M, K] is K-major in 128-byte swizzled column blocks of 64
+        (`Tile.atom`, or rows of exactly 128 bytes), each 1024-byte aligned, not the
+        fragments of the matmul before it, and K at least A_DESC_MIN_K."""
+        ta = self.tiles.get(id(op.inputs[0]))
+        return (id(op) in self.wgmma and id(op) not in self.a_from_regs and ta is not None and ta.swizzle == 128
+                and op.inputs[0].shape[-1] >= A_DESC_MIN_K
+                and ta.inner_last and ta.ld == ta.cols and (ta.atom or ta.cols) * ta.itemsize == 128
+                and ta.offset % 1024 == 0 and ta.stage_bytes % 1024 == 0 and (ta.rows_alloc * 128) % 1024 == 0)
 
     @property
     def pdl(self) -> bool:

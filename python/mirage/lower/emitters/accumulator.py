@@ -9,7 +9,7 @@ from __future__ import annotations
 from math import prod
 
 from ...core.graph import Op
-from ..emitter import Idx
+from ..emitter import SMEM, Idx
 from ..kernel_plan import LoweringError, _row_major
 
 
@@ -92,9 +92,17 @@ class AccumulatorEmitter:
         return e.add(self.p.ws_off[id(op)], e.add(e.mul(e.add(e.mul(split_idx, nblocks), self.blin), n), elem))
 
     def frags_to_ws(self, mm: Op, frags, op: Op) -> None:
+        """A register accumulator's partial: to the workspace, or in a cluster to its
+        shared-memory part (`KernelPlan.place_parts`), which overlays the loop's tiles: a
+        barrier first, so no warp still reads them."""
         e = self.e
         M, K, N, MT, NT, T, tpw = self.p.mma_geometry(mm)
-        ws = self.ws
+        if self.p.cluster:
+            part = self.p.parts[id(op)]
+            name, mtype = self._make_view(part, part.offset), part.mtype
+            e.barrier()
+        else:
+            name, mtype = self.ws.name, self.ws.mtype
         gq = e.div(self.lane, 4)
         c0 = e.mul(e.rem(self.lane, 4), 2)
         for (t, mt, nt), f in zip(self._frag_tiles(mm), frags):
@@ -104,11 +112,14 @@ class AccumulatorEmitter:
                     with e.if_(e.cmp("ult", row, M)):  # the pair of adjacent columns: one 8-byte store
                         v = e.op(f"vector.extract {f}[{h}] : vector<2xf32> from vector<2x2xf32>", "f")
                         col = e.add(e.mul(nt, 8), c0)
-                        i = self.ws_index(op, self.sp, e.add(e.mul(row, N), col))
-                        e.line(f"vector.store {v}, {ws.name}[{e.idx(i)}] {{alignment = 8}} : {ws.mtype}, vector<2xf32>")
+                        i = (e.add(e.mul(row, part.ld), col) if self.p.cluster
+                             else self.ws_index(op, self.sp, e.add(e.mul(row, N), col)))
+                        e.line(f"vector.store {v}, {name}[{e.idx(i)}] {{alignment = 8}} : {mtype}, vector<2xf32>")
 
     def scratch_to_ws(self, op: Op) -> None:
         e = self.e
+        if self.p.cluster:  # the scratch tile is the partial the cluster reads
+            return
         sc = self.p.scratch[id(op)]
         sv = self.scratch_views[id(op)]
         ws = self.ws
@@ -150,15 +161,24 @@ class AccumulatorEmitter:
     def cluster_combine(self, accs) -> None:
         """The split blocks of a cluster (`KernelPlan.cluster`, `cluster_split`) wait for
         each other's partials at the cluster barrier (release / acquire at cluster scope:
-        the workspace stores before it are seen after it); then block `sp` of the cluster
-        sums rows [sp, sp + 1) * rows / split of every accumulator over the partials, four
-        elements a thread at a time, and stores them as the output tile's rows."""
+        the shared-memory stores before it are seen after it); then block `sp` of the
+        cluster (its rank) sums rows [sp, sp + 1) * rows / split of every accumulator over
+        the partials in the blocks' shared memory (distributed shared memory: `mapa` gives
+        a peer's address of the part, `ld.shared::cluster` reads it), four elements a
+        thread at a time, and stores them as the output tile's rows. A second cluster
+        barrier (relaxed arrive) keeps every block's shared memory until the others have read it."""
         e = self.e
-        ws, s = self.ws, self.p.cluster
+        s = self.p.cluster
         e.line("nvvm.cluster.arrive")
         e.line("nvvm.cluster.wait")
+        st = "!llvm.struct<(f32, f32, f32, f32)>"
         for k, rec in enumerate(self.tb.outputs):
             op = next(a for a in accs if a.outputs[0] is rec.stensor)
+            part = self.p.parts[id(op)]
+            sp = e.op(f"memref.extract_aligned_pointer_as_index {self.smem_base} : memref<?xi8, {SMEM}> -> index", "sp")
+            local = e.op(f"arith.index_cast {e.idx(e.add(sp, part.offset))} : index to i64", "sa")
+            peers = [e.op(f'llvm.inline_asm "mapa.shared::cluster.u64 $0, $1, $2;", "=l,l,r" {local}, '
+                          f'{e.op(f"arith.constant {j} : i32", "c")} : (i64, i32) -> i64', "pa") for j in range(s)]
             g = self.outs[k]
             shape = rec.stensor.shape
             per, cols = prod(shape[:-1]) // s, shape[-1]
@@ -166,11 +186,14 @@ class AccumulatorEmitter:
             with e.for_(self.tid, per * cols // 4, self.p.nthreads) as c:
                 row = e.add(e.mul(self.sp, per), e.div(c, cols // 4))
                 col = e.mul(e.rem(c, cols // 4), 4)
-                i = e.add(e.mul(row, cols), col)
+                off = e.op(f"arith.index_cast {e.idx(e.mul(e.add(e.mul(row, part.ld), col), 4))} : index to i64", "o")
+                loads = [e.op(f'llvm.inline_asm has_side_effects "ld.shared::cluster.v4.f32 {{$0, $1, $2, $3}}, [$4];", '
+                              f'"=f,=f,=f,=f,l" {e.op(f"llvm.add {pa}, {off} : i64", "a")} : (i64) -> {st}', "ld")
+                         for pa in peers]  # all in flight before the first add
                 v = None
-                for j in range(s):
-                    x = e.op(f"vector.load {ws.name}[{e.idx(self.ws_index(op, j, i))}] {{alignment = 16}} : "
-                             f"{ws.mtype}, vector<4xf32>", "vf")
+                for r in loads:
+                    x = e.op(f"vector.from_elements {', '.join(e.op(f'llvm.extractvalue {r}[{q}] : {st}', 'f') for q in range(4))}"
+                             " : vector<4xf32>", "vf")
                     v = x if v is None else e.op(f"arith.addf {v}, {x} : vector<4xf32>", "vf")
                 goff = e.add(blk, e.dot(e.delinearize(row, shape[:-1]) + [col], g.strides))
                 if g.elt != "f32":
@@ -182,6 +205,9 @@ class AccumulatorEmitter:
                     for q in range(4):
                         x = e.op(f"vector.extract {v}[{q}] : {g.elt} from vector<4x{g.elt}>", "x")
                         e.line(f"memref.store {x}, {g.name}[{e.idx(e.add(goff, q * g.strides[-1]))}] : {g.mtype}")
+        # the reads are done (their values are stored): no ordering needed, only the wait
+        e.line('llvm.inline_asm has_side_effects "barrier.cluster.arrive.relaxed.aligned;", "" : () -> ()')
+        e.line("nvvm.cluster.wait")
 
     def combine_acc(self, op: Op) -> None:
         e = self.e

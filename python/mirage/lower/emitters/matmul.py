@@ -151,10 +151,13 @@ class MatmulEmitter:
         # deferred only for accumulators carried across the loop (read after it)
         defer = self.wgmma_pending is not False and any(m is op for m in self.p.reg_acc.values())
         aregs: list[str] = []
+        adesc = None
         if id(op) in self.p.a_from_regs:
             vals = self.reg_vals[self.p.a_from_regs[id(op)]]
             for ks in range(K // 16):
                 aregs += self.frag_regs(self.a_frag_from_regs(vals, 0, ks, elt), 4, elt)
+        elif self.p.a_desc_ok(op):
+            adesc = self.a_descriptor(op)
         else:
             ta, va = self.p.tiles[id(a)], self.views2d[id(a)]
             aregs = self.a_frags.get(va, []) if defer else []
@@ -181,26 +184,56 @@ class MatmulEmitter:
         desc = e.op(f"arith.ori {lo}, {hi} : i64", "bd")
         dv = [e.op(f"vector.extract {c}[{h}, {q}] : f32 from vector<2x2xf32>", "d")
               for c in accs for h in (0, 1) for q in (0, 1)]
-        nd, na = len(dv), len(aregs)
+        a_ops, a_types = (aregs, ["i32"] * len(aregs)) if adesc is None else ([adesc], ["i64"])
+        nd, na = len(dv), len(a_ops)
         dl = ", ".join(f"${i}" for i in range(nd))
         shape = f"m64n{N}k16.f32.{elt}.{elt}"
-        body = ["{ .reg .pred p; .reg .b32 one; .reg .b64 d; mov.b32 one, 1; setp.ne.b32 p, one, 0;",
+        body = ["{ .reg .pred p; .reg .b32 one; .reg .b64 d, da; mov.b32 one, 1; setp.ne.b32 p, one, 0;",
                 f"mov.b64 d, ${2 * nd + na};", "fence.proxy.async.shared::cta; wgmma.fence.sync.aligned;"]
+        if adesc is not None:
+            body.insert(2, f"mov.b64 da, ${2 * nd};")
         for ks in range(K // 16):
-            ra = ", ".join(f"${2 * nd + 4 * ks + i}" for i in range(4))
-            body.append(f"wgmma.mma_async.sync.aligned.{shape} {{{dl}}}, {{{ra}}}, d, p, 1, 1, 1;")
+            if adesc is None:
+                ra = ", ".join(f"${2 * nd + 4 * ks + i}" for i in range(4))
+                body.append(f"wgmma.mma_async.sync.aligned.{shape} {{{dl}}}, {{{ra}}}, d, p, 1, 1, 1;")
+            else:  # A K-major (transpose 0), B MN-major (1)
+                body.append(f"wgmma.mma_async.sync.aligned.{shape} {{{dl}}}, da, d, p, 1, 1, 0, 1;")
+                if ks + 1 < K // 16:  # the next 16 columns: 32 bytes on, or the next column block
+                    body.append(f"add.s64 da, da, {self.a_step(op, ks + 1) - self.a_step(op, ks)};")
             if ks + 1 < K // 16:
                 body.append(f"add.s64 d, d, {16 * pitch // 16};")
         body.append("wgmma.commit_group.sync.aligned;" + ("" if defer else " wgmma.wait_group.sync.aligned 0;") + " }")
         if defer:
             self.wgmma_pending = True
-        cons = ",".join(["=f"] * nd + [str(i) for i in range(nd)] + ["r"] * na + ["l"])
+        cons = ",".join(["=f"] * nd + [str(i) for i in range(nd)] + ["r" if adesc is None else "l"] * len(a_ops) + ["l"])
         st = f"!llvm.struct<({', '.join(['f32'] * nd)})>"
-        r = e.op(f'llvm.inline_asm has_side_effects "{" ".join(body)}", "{cons}" {", ".join(dv + aregs + [desc])} : '
-                 f'({", ".join(["f32"] * nd + ["i32"] * na + ["i64"])}) -> {st}', "wg")
+        r = e.op(f'llvm.inline_asm has_side_effects "{" ".join(body)}", "{cons}" {", ".join(dv + a_ops + [desc])} : '
+                 f'({", ".join(["f32"] * nd + a_types + ["i64"])}) -> {st}', "wg")
         d = [e.op(f"llvm.extractvalue {r}[{i}] : {st}", "f") for i in range(nd)]
         return [e.op(f"vector.from_elements {', '.join(d[4 * j:4 * j + 4])} : vector<2x2xf32>", "acc")
                 for j in range(NT)]
+
+    def a_step(self, op: Op, ks: int) -> int:
+        """Descriptor units (16 bytes) from A's first k-step to k-step `ks`: 32 bytes a step
+        within a 64-column block of `Tile.atom`, then the next block."""
+        ta = self.p.tiles[id(op.inputs[0])]
+        blk = ta.atom or ta.cols
+        return ((ks * 16 // blk) * ta.rows_alloc * 128 + (ks * 16 % blk) * ta.itemsize) // 16
+
+    def a_descriptor(self, op: Op) -> str:
+        """This warpgroup's descriptor of A's first k-step (`KernelPlan.a_desc_ok`): the
+        start address / 16 of its 64 rows, leading byte offset 1 (unused: K-major and
+        swizzled), the stride of 8-row groups (1024 bytes) / 16, the 128-byte swizzle."""
+        e = self.e
+        ta = self.p.tiles[id(op.inputs[0])]
+        sp = e.op(f"memref.extract_aligned_pointer_as_index {self.views[id(op.inputs[0])]} : {ta.mtype} -> index", "ap")
+        start = e.add(sp, e.mul(e.div(self.warp, 4), 64 * 128))
+        addr = e.op(f"arith.index_cast {e.idx(start)} : index to i64", "aa")
+        bits = (1 << 16) | (1024 // 16 << 32) | (1 << 62)
+        hi = e.op(f"arith.constant {bits} : i64", "ad")
+        four, mask = e.op("arith.constant 4 : i64", "c"), e.op("arith.constant 16383 : i64", "c")
+        lo = e.op(f"arith.andi {e.op(f'arith.shrui {addr}, {four} : i64', 'as')}, {mask} : i64", "al")
+        return e.op(f"arith.ori {lo}, {hi} : i64", "ad")
 
     def mma_bf16(self, fa: str, fb: str, c: str) -> str:
         """D = A @ B + C, m16n8k16, bf16 operands, f32 accumulators, as inline PTX (the
