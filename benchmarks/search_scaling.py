@@ -30,7 +30,9 @@ and wall time, in DIR/<pid>.jsonl, and adds per run: the units' CPU (and against
 units in the one-worker run), the workers' CPU outside their calls, when their first
 calls began (a unit cut into pieces: its pieces' CPU together), how many units handed
 work back to idle workers (driver._Donated), and the full garbage collections (count, CPU)
-and page faults inside the units (executor._local_init says why). How the 16-worker search's extra CPU was found
+and page faults inside the units (executor._local_init says why), how long the workers waited
+between their calls (the driver had dealt them nothing) and after their last call, and the
+driver process's CPU. How the 16-worker search's extra CPU was found
 (results/search_scaling.md). `--donate-min SECONDS` sets driver.DONATE_MIN (inf: no unit
 hands work back), to compare.
 
@@ -137,6 +139,7 @@ def trace_summary(t0, one=None):
     `one`, the per-unit CPU of a one-worker run), per worker process the CPU outside its
     calls and checks (from its start to its last call's end) and when its first call began."""
     units, outside, first, spans = {}, 0.0, [], {}
+    gaps, ends = [], []  # per pool process: its waits between calls, when its last call ended
     full, faults = [0, 0.0], 0  # in the units: full collections (count, CPU), page faults
     stalls = []  # the driver's full collections (wall seconds): with a pool, it deals no call meanwhile
     for path in glob.glob(os.path.join(TRACE["dir"], "*.jsonl")):
@@ -154,6 +157,9 @@ def trace_summary(t0, one=None):
         if calls:
             outside += calls[-1][5] - sum(r[5] - r[4] for r in calls)
             first.append(calls[0][2] - t0)
+            # wall time between a call's end and the next call's start: the driver had dealt it nothing
+            gaps.append(sum(max(0.0, b[2] - a[3]) for a, b in zip(calls, calls[1:])))
+            ends.append(calls[-1][3] - t0)
     total = sum(units.values())
     line = f"units {len(units)}, their CPU {total:.2f} s"
     if one:
@@ -161,6 +167,11 @@ def trace_summary(t0, one=None):
     if first:
         line += (f"; {len(first)} pool processes, CPU outside their calls and checks {outside:.2f} s, "
                  f"first calls at {min(first):.2f}-{max(first):.2f} s")
+        span = sum(max(ends) - f for f in first)  # the workers' time from their first call to the last end
+        if span > 0:
+            line += (f", waiting between their calls {sum(gaps):.2f} s ({sum(gaps) / span:.2f} of their time "
+                     f"from their first call to the last call's end), after their last call "
+                     f"{sum(max(ends) - e for e in ends):.2f} s ({sum(max(ends) - e for e in ends) / span:.2f})")
     if units:  # what bounds many workers: the largest unit, against an equal share of all units' CPU
         big = max(units, key=units.get)
         line += (f"; largest unit {units[big]:.2f} s of CPU ({100 * units[big] / total:.1f} % of the units'), "
@@ -181,12 +192,16 @@ def cpu() -> tuple[float, float]:
     return sum(r.ru_utime for r in rs), sum(r.ru_stime for r in rs)
 
 
+DRIVER_CPU = [0.0]  # the last `run`'s CPU in this process (all its threads: the pool's too), user + system
+
+
 def run(name, workers, a, executor=None):
     """(result, enumeration seconds, load before, load after, (user, system) CPU seconds of
     all its processes) of one search (None on Ray, whose workers are not this process's children)."""
     log = io.StringIO()  # the search's progress lines: the enumeration's time is on its "done" line
     load = os.getloadavg()[0]
     c0 = cpu()
+    own = resource.getrusage(resource.RUSAGE_SELF)
     with contextlib.redirect_stderr(log), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # verify=False says that it returns unchecked candidates
         res = superoptimize(BENCHMARKS[name].reference(1), "attention", workers=workers,
@@ -194,6 +209,8 @@ def run(name, workers, a, executor=None):
                             max_block_ops=a.max_block_ops, measure=False, verify=not a.no_checks, verbose=True)
     done = re.search(r"\[search\] enumeration done in ([0-9.]+) s", log.getvalue())
     used = None if (executor or a.executor) == "ray" else tuple(x - y for x, y in zip(cpu(), c0))
+    now = resource.getrusage(resource.RUSAGE_SELF)
+    DRIVER_CPU[0] = now.ru_utime + now.ru_stime - own.ru_utime - own.ru_stime
     return res, float(done.group(1)), load, os.getloadavg()[0], used
 
 
@@ -326,6 +343,7 @@ def main():
                 given = ("; dealt from the group times of the run before" if learned else "; dealt cold") + given
             if a.trace:
                 per_unit, line = trace_summary(wall0, one)
+                line += f"; the driver's CPU {DRIVER_CPU[0]:.2f} s (the whole search)"
                 one = per_unit if w == 1 and one is None else one
                 traces.append(f"- {w} worker(s): {line}{given}")
                 print(traces[-1], flush=True)
