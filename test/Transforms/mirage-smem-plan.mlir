@@ -34,11 +34,13 @@ func.func @chain(%x: tensor<16x512xf16>) -> tensor<16x512xf16> {
 // blocks (one partial kernel whose 2 split blocks are a cluster that combines: no arrival
 // flag), keeps the accumulator in registers (no tile for the matmul's result op0), and
 // prefetches both loop-varying inputs in a ring of 4 stages (the 4 iterations each block
-// runs); the f16 accumulator tile op1 is written after the loop. With clusters=false the
-// partial kernel folds the combine into its last block (its arrival `flag`); with
-// fold-combine=false too, a partial and a combine kernel, each with its own buffers.
+// runs); the blocks combine the partials from each other's shared memory, so the
+// accumulator has no f16 tile. With clusters=false the partial kernel folds the combine
+// into its last block (its arrival `flag`), which writes the f16 accumulator tile op1
+// after the loop; with fold-combine=false too, a partial and a combine kernel, each with
+// its own buffers.
 // CHECK-LABEL: func.func @mm
-// CHECK: kn.graph_def {{.*}}tb.smem = {partial = #tb.smem<stages = 4, offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>}
+// CHECK: kn.graph_def {{.*}}tb.smem = {partial = #tb.smem<stages = 4, offsets = {in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64}>}
 // FOLD-LABEL: func.func @mm
 // FOLD: kn.graph_def {{.*}}tb.smem = {partial = #tb.smem<stages = 4, offsets = {flag = {{[0-9]+}} : i64, in0 = {{[0-9]+}} : i64, in1 = {{[0-9]+}} : i64, op1 = {{[0-9]+}} : i64}>}
 // NOFOLD-LABEL: func.func @mm

@@ -15,7 +15,7 @@ from mirage.lower.kernel_plan import CLUSTER_MAX, _unary_chain, choose_split
 from mirage.search.build import build
 from mirage.search.config import SearchConfig
 from mirage.search.mbci import RESIDENT, RESIDENT_TILE, SEEDS, Tiling, blocks, find_chain, launched_blocks, \
-    plan_of, resident_key, space, two_warpgroups, warp_resident, with_resident
+    plan_of, resident_key, space, warp_resident, with_resident
 
 
 def chain(b, M, N, K, H, attn=False):
@@ -181,28 +181,20 @@ def test_seeds_add_the_widest_e_tile():
     c = find_chain(chain(1, 512, 512, 256, 256))
     cfg = SearchConfig()
     seeds = with_resident(c, space(c, cfg, {}, split_aware=True), [], cfg)
-    assert seeds[-2] == Tiling("n", 64, 128, 128) and len(seeds) == RESIDENT + 2
-    assert blocks(c, seeds[-2]) == 16 and launched_blocks(c, seeds[-2], cfg.sms) == 64
+    assert seeds[-1] == Tiling("n", 64, 128, 128) and len(seeds) == RESIDENT + 1
+    assert blocks(c, seeds[-1]) == 16 and launched_blocks(c, seeds[-1], cfg.sms) == 64
 
 
-def test_two_warpgroup_seed_runs_eight_warps_of_wgmma():
-    # G10: the last seed holds 128 rows a block, 16 a warp; its plan records 256 threads,
-    # and both matmuls run as warpgroup matmuls, one per warpgroup, with C kept in the
-    # fragments; 8 x 2 blocks of 8 loop steps split 4 ways in clusters
-    g = chain(1, 1024, 1024, 128, 128)
-    c, cfg = find_chain(g), SearchConfig()
-    t = with_resident(c, space(c, cfg, {}, split_aware=True), [], cfg)[-1]
-    assert t == Tiling("n", 128, 128, 64) and two_warpgroups(c, t, 4, cfg.sms) and not warp_resident(c, t, 4)
-    body = build(g, plan_of(c, t, cfg)).ops[0].body
-    assert tuple(body.block_dim) == (256, 1, 1) and tuple(body.grid_dim) == (1, 8, 2)
-    (k,) = plan_graph(build(g, plan_of(c, t, cfg)), Options()).kernels
+def test_eight_warps_run_two_warpgroups_of_wgmma():
+    # G10's 128 x 128 x 64 tiling lowered with 256 threads: 16 rows a warp, both matmuls
+    # run as warpgroup matmuls, one per warpgroup, with C kept in the fragments; 8 x 2
+    # blocks of 8 loop steps split 4 ways in clusters
+    g = tiled(chain(1, 1024, 1024, 128, 128), 128, 128, 64)
+    (k,) = plan_graph(g, Options(threads=256)).kernels
     assert k.plan.block == (256, 1, 1) and len(k.plan.wgmma) == 2 and k.plan.notes["frag_fused"] == 1
-    assert (k.plan.split, k.plan.cluster) == (4, 4) and launched_blocks(c, t, cfg.sms) == 64
-    _, ptx = to_ptx(build(g, plan_of(c, t, cfg)), disk_cache=False)
+    assert (k.plan.split, k.plan.cluster) == (4, 4)
+    _, ptx = to_ptx(g, options=Options(threads=256), disk_cache=False)
     assert ".maxntid 256, 1, 1" in ptx and ptx.count("wgmma.mma_async") >= 2
-    # attention keeps 64-row tiles (128-row ones ran 1.2-1.3x slower on S1-S9)
-    a = find_chain(chain(8, 512, 512, 64, 64, True))
-    assert not any(two_warpgroups(a, x, 4, cfg.sms) for x in with_resident(a, space(a, cfg, {}, split_aware=True), [], cfg))
 
 
 def test_cost_counts_the_cluster_split_of_warp_resident_tilings():

@@ -745,8 +745,8 @@ class KernelPlan:
             self.tiles[id(rec.stensor)] = mk(rec.stensor)
         for op in tb.ops:
             for t in op.outputs:
-                if id(t) in reg_mm_out:
-                    continue
+                if id(t) in reg_mm_out or (self.cluster and op.kind == "forloop_accum"):
+                    continue  # in registers; or a cluster's partial, combined from its part (`place_parts`)
                 self.tiles[id(t)] = mk(t)
             if (op.kind == "forloop_accum" and id(op) not in self.reg_acc) or op.kind == "forloop_accum_rescale" \
                     or id(op) in self.running:  # f32 state carried across the iterations

@@ -38,8 +38,8 @@ def build_ops(g: KNGraph, tensors: list, ops, thread_graphs: bool = True) -> lis
             else:
                 tensors.append(getattr(g, kind)(*xs, **ad))
         else:
-            _, I, grid, forloop, dimx, maps, bops, omaps, *block = op  # block: the threads, where not 128
-            tb = TBGraph(grid, block[0] if block else (128, 1, 1), forloop, dimx)
+            _, I, grid, forloop, dimx, maps, bops, omaps = op
+            tb = TBGraph(grid, (128, 1, 1), forloop, dimx)
             tiles = [tb.new_input(tensors[i], imap, fmap) for i, (imap, fmap) in zip(I, maps)]
             for kind, ins, attrs in bops:
                 xs = [tiles[i] for i in ins]

@@ -170,18 +170,6 @@ def warp_resident(c: Chain, t: Tiling, warps: int) -> bool:
     return t.form == "n" and t.tm == 16 * warps
 
 
-def two_warpgroups(c: Chain, t: Tiling, warps: int, sms: int) -> bool:
-    """A GEMM chain's tiling of twice the rows of a warp-resident one of a 4-warp block,
-    where blocks of 64 rows would be fewer than a quarter of the SMs: its block runs 8
-    warps, 16 whole rows each (two warpgroups, each its own warpgroup matmuls on one B or D
-    tile), so a block reads the streamed tiles once for 128 rows. H100 (benchmarks/results/
-    mbci.md, 2026-11-25 10:05), 128 x 128 x 64 against the 64-row picks and the reference:
-    G4 (8 row blocks of 64) 10.1 us (11.0 / 10.3), G7 (8) 8.5 (8.9), G8 (16) 9.1 (9.2), G10
-    (16) 10.7 (12.2); but G9 (32) 11.0 (9.7), G11 (64) 18.0 (14.0), G12 (128) 19.3 (17.1)."""
-    few = max(c.batch, 1) * c.M // (16 * warps) < sms // 4
-    return warps == 4 and t.form == "n" and t.tm == 32 * warps and not c.normalized and few
-
-
 def model_time(c: Chain, t: Tiling, dev: Target = DEFAULT) -> float:
     """Eqs. (2)-(5): per block, L_A once (hoisted), L_B and L_D over the whole loop, S_E
     once; C and E's FLOPs; times the blocks, slowed by alpha."""
@@ -262,8 +250,6 @@ def plan_of(c: Chain, t: Tiling, cfg: SearchConfig):
         e = len(bops) + 2
     omap = (b0, rows if gm else -1, last if gh else -1)
     kernel = ("graph_def", I, grid, loop, cfg.reduction_dimx, maps, tuple(bops), ((e, omap),))
-    if two_warpgroups(c, t, _warps(cfg), cfg.sms):
-        kernel += ((2 * cfg.block_dim[0], 1, 1),)
     return (kernel,), (3,)
 
 
@@ -370,7 +356,10 @@ def with_resident(c: Chain, cands: list[Tiling], tilings: list[Tiling], cfg: Sea
     warp-resident tilings (`warp_resident`) of `cands` (the split-aware space: a grid of
     few blocks is split over the loop by the lowering) of loop tile and E tile at most
     RESIDENT_TILE that are not among them, in the order of `resident_key`, and for a GEMM
-    chain the one of the widest E tile and one of two warpgroups (`two_warpgroups`).
+    chain the one of the widest E tile. (A seed of 128 rows in 8 warps, two warpgroups, ran
+    faster than these on G4, G7, G8 and G10 with the partials combined through L2, and
+    slower on all four once they were combined in shared memory: benchmarks/results/mbci.md,
+    2026-11-25 12:45.)
     H100, Nsight Compute on the picks of Tables II/III (benchmarks/results/mbci.md,
     2026-11-25): every fused kernel ran one block of 4 warps an SM (its shared memory),
     latency-bound; with C in the fragments S2 ran 19.1 us against 35.3 for the fastest of
@@ -393,11 +382,6 @@ def with_resident(c: Chain, cands: list[Tiling], tilings: list[Tiling], cfg: Sea
     wide = sorted((t for t in res if t.form == "n"), key=lambda t: (-t.th, -t.tl, model_time(c, t, dev)))
     if not c.normalized and wide and wide[0] not in top + out:
         out.append(wide[0])
-    # and one of two warpgroups: the longest loop tile, an E tile nearest 64
-    two = sorted((t for t in cands if two_warpgroups(c, t, warps, cfg.sms) and t.tl <= most and t.th <= most),
-                 key=lambda t: (-t.tl, abs(t.th - 64), model_time(c, t, dev)))
-    if two and two[0] not in top + out:
-        out.append(two[0])
     return top + out
 
 

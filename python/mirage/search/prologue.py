@@ -327,7 +327,7 @@ def fold(P: Prologues, plan, separate=()):
         if op[0] == "op":
             new_ops.append(("op", op[1], tuple(r(i) for i in op[2]), op[3]))
             continue
-        _, I, grid, forloop, dimx, maps, bops, omaps, *block = op
+        _, I, grid, forloop, dimx, maps, bops, omaps = op
         ni = len(I)
         pre = []
         tile_of = {}
@@ -347,5 +347,5 @@ def fold(P: Prologues, plan, separate=()):
 
         nb = pre + [(kind, tuple(rt(j) for j in ins), attrs) for kind, ins, attrs in bops]
         no = tuple((rt(k), om) for k, om in omaps)
-        new_ops.append(("graph_def", tuple(r(i) for i in I), grid, forloop, dimx, maps, tuple(nb), no, *block))
+        new_ops.append(("graph_def", tuple(r(i) for i in I), grid, forloop, dimx, maps, tuple(nb), no))
     return (tuple(new_ops), tuple(r(i) for i in outs))
