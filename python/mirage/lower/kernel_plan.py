@@ -1034,14 +1034,13 @@ class KernelPlan:
 
     def a_desc_ok(self, op: Op) -> bool:
         """Whether warpgroup matmul `op` reads A from shared memory through a descriptor
-        instead of ldmatrix fragments (K / 16 x 4 registers a thread, which spilled at
-        K = 512): A's tile [M, K] is K-major in 128-byte swizzled column blocks of 64
-        (`Tile.atom`, or rows of exactly 128 bytes), each 1024-byte aligned, not the
-        fragments of the matmul before it, and K at least A_DESC_MIN_K."""
+        instead of ldmatrix fragments (K / 4 registers a thread, which spilled at K = 512):
+        K is at least A_DESC_MIN_K, A is not the fragments of the matmul before it, and its
+        tile [M, K] is K-major in 128-byte swizzled column blocks (`Tile.atom`), each
+        1024-byte aligned."""
         ta = self.tiles.get(id(op.inputs[0]))
-        return (id(op) in self.wgmma and id(op) not in self.a_from_regs and ta is not None and ta.swizzle == 128
+        return (id(op) in self.wgmma and id(op) not in self.a_from_regs and ta is not None and bool(ta.atom)
                 and op.inputs[0].shape[-1] >= A_DESC_MIN_K
-                and ta.inner_last and ta.ld == ta.cols and (ta.atom or ta.cols) * ta.itemsize == 128
                 and ta.offset % 1024 == 0 and ta.stage_bytes % 1024 == 0 and (ta.rows_alloc * 128) % 1024 == 0)
 
     @property

@@ -181,7 +181,8 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
         dram, l2, smem = dram + d, l2 + c, smem + reads
     for o in tb.outputs:  # (a split's blocks store 1 / s of the tile each)
         dram += _bytes(o.stensor) * (iters if o.forloop_dim != -1 else 1) * grid
-    if s > 1:  # the f32 partials, written and read back through L2
+    if s > 1:  # the f32 partials, written and read back once (costed as L2 traffic; since
+        # e83ce02 the cluster reads them from its blocks' shared memory: not re-calibrated)
         l2 += 8 * sum(prod(a.outputs[0].shape) for a in tb.ops if a.kind == "forloop_accum") * blocks
     tc, simt = 0.0, 0.0
     regs = regions(tb)

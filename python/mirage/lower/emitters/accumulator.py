@@ -175,8 +175,8 @@ class AccumulatorEmitter:
         for k, rec in enumerate(self.tb.outputs):
             op = next(a for a in accs if a.outputs[0] is rec.stensor)
             part = self.p.parts[id(op)]
-            sp = e.op(f"memref.extract_aligned_pointer_as_index {self.smem_base} : memref<?xi8, {SMEM}> -> index", "sp")
-            local = e.op(f"arith.index_cast {e.idx(e.add(sp, part.offset))} : index to i64", "sa")
+            base = e.op(f"memref.extract_aligned_pointer_as_index {self.smem_base} : memref<?xi8, {SMEM}> -> index", "sp")
+            local = e.op(f"arith.index_cast {e.idx(e.add(base, part.offset))} : index to i64", "sa")
             peers = [e.op(f'llvm.inline_asm "mapa.shared::cluster.u64 $0, $1, $2;", "=l,l,r" {local}, '
                           f'{e.op(f"arith.constant {j} : i32", "c")} : (i64, i32) -> i64', "pa") for j in range(s)]
             g = self.outs[k]

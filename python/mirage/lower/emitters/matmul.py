@@ -217,8 +217,7 @@ class MatmulEmitter:
         """Descriptor units (16 bytes) from A's first k-step to k-step `ks`: 32 bytes a step
         within a 64-column block of `Tile.atom`, then the next block."""
         ta = self.p.tiles[id(op.inputs[0])]
-        blk = ta.atom or ta.cols
-        return ((ks * 16 // blk) * ta.rows_alloc * 128 + (ks * 16 % blk) * ta.itemsize) // 16
+        return ((ks * 16 // ta.atom) * ta.rows_alloc * 128 + (ks * 16 % ta.atom) * ta.itemsize) // 16
 
     def a_descriptor(self, op: Op) -> str:
         """This warpgroup's descriptor of A's first k-step (`KernelPlan.a_desc_ok`): the
