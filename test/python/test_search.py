@@ -360,9 +360,10 @@ def test_kept_candidates_differ_in_their_main_kernel():
     a, b = cand(BENCHMARKS["gqa"].fused(1), "a"), cand(BENCHMARKS["gqa"].fused(1), "b")
     c = cand(BENCHMARKS["rmsnorm_linear"].fused(1), "c")
     ref = cand(BENCHMARKS["gqa"].reference(1), "reference")
-    assert main_schedule(a) == main_schedule(b) != main_schedule(c)
-    assert main_schedule(a)[0] == tuple(BENCHMARKS["gqa"].fused(1).ops[0].body.grid_dim)  # the loop kernel
-    assert main_schedule(ref) is None
+    assert main_schedule(a.graph, a.cost) == main_schedule(b.graph, b.cost) != main_schedule(c.graph, c.cost)
+    assert main_schedule(a.graph, a.cost)[0] == tuple(BENCHMARKS["gqa"].fused(1).ops[0].body.grid_dim)  # the loop kernel
+    assert main_schedule(ref.graph, ref.cost) is None
+    assert a.diversity == (2, main_schedule(a.graph, a.cost))
     assert [x.key for x in diverse([a, b, c, ref], window=5.0)] == ["a", "c", "reference", "b"]
     # schedules costlier than `window` times the best are not promoted (rms 18.5 and the
     # reference 42.2 against 8.7 µs)

@@ -42,3 +42,22 @@ def test_a_one_worker_search_leaves_its_generator_behind_for_no_one(monkeypatch)
         assert made[0]() is None
     finally:
         gc.enable()
+
+
+def test_the_driver_ranks_the_workers_candidates_without_building_them(monkeypatch):
+    # each worker sends a candidate's cost, graph key and `diversity`: the rankings that pick
+    # the checks and the final one build none (the checks run in the workers, from plans)
+    built = []
+    plain = D._Found.graph.fget
+
+    def graph(self):
+        if self._graph is None:
+            built.append(self.key)
+        return plain(self)
+
+    monkeypatch.setattr(D._Found, "graph", property(graph, D._Found.graph.fset))
+    res = search("qknorm", workers=2)
+    ranked = len(res.candidates) - 1 + len(res.others)
+    assert ranked > 100 and built == []
+    lazy = [c for c in res.others if isinstance(c, D._Found) and c._graph is None]
+    assert lazy and lazy[0].graph.ops and built == [lazy[0].key]  # built when asked for

@@ -38,7 +38,7 @@ from .generator import Generator, Stats, Stop
 from . import measure as M
 from .partition import needs_partition, partitioned_search
 from .progress import Progress, enumeration_status
-from .result import Candidate, SearchResult, diverse, order as _order, reference_candidate
+from .result import Candidate, SearchResult, diverse, diversity, order as _order, reference_candidate
 from .mbci import mbci_seeds
 from .seed import attention_seeds, row_seeds, softmax_pv_seeds
 
@@ -100,7 +100,7 @@ def _run_item(item, piece=None):
                 gen.stats.rejected += 1
                 continue
             c = cost(g, gen.device)
-            found[key] = (plan, c.time, (c, B.graph_key(g)))
+            found[key] = (plan, c.time, (c, B.graph_key(g), diversity(g, c)))
 
     gen.on_candidate = on_candidate
     if cut is None:
@@ -958,17 +958,22 @@ def _collections_put_off():
 
 
 class _Found(Candidate):
-    """A candidate found by a worker, which sent its cost and graph key (`_run_item`): its
-    graph is built from its plan when first asked for (`diverse` asks for those near the
-    best; a caller for those it looks at). The driver built every candidate while ranking
-    (the final ranking, and each ranking that picks the checks during the enumeration):
-    QKNorm at max_block_ops=11, 4514 candidates, 8.4 s of the driver's CPU (2-core VM), and
-    with 16 workers the driver, busy ranking, left workers idle (results/search_scaling.md)."""
+    """A candidate found by a worker, which sent its cost, graph key and `diversity`
+    (`_run_item`): its graph is built from its plan when first asked for (a caller for those
+    it looks at; the checks). The driver built every candidate while ranking (the final
+    ranking, and each ranking that picks the checks during the enumeration): QKNorm at
+    max_block_ops=11, 4514 candidates, 8.4 s of the driver's CPU (2-core VM), and with 16
+    workers the driver, busy ranking, left workers idle (results/search_scaling.md); then
+    those near the best, for `diverse` (13 of 25 rankings 13-92 ms)."""
 
-    def __init__(self, ref: KNGraph, plan, c, key: str):
+    def __init__(self, ref: KNGraph, plan, c, key: str, diversity: tuple):
         self._ref, self._graph = ref, None
-        self.cost, self.key, self.plan = c, key, plan
+        self.cost, self.key, self.plan, self._diversity = c, key, plan, diversity
         self.verification, self.measured_us = "", float("nan")
+
+    @property
+    def diversity(self) -> tuple:
+        return self._diversity
 
     @property
     def graph(self) -> KNGraph:
@@ -1005,9 +1010,9 @@ class _Checks:
         ranked, seen = [], set()
         for key, got in sorted(found.items(), key=lambda kv: (kv[1][1], kv[0])):
             if key not in self._built:
-                if len(got) > 2:  # a worker's: its cost and graph key, the graph built when asked for
-                    c, gk = got[2]
-                    self._built[key] = (_Found(self.ref, got[0], c, key), gk)
+                if len(got) > 2:  # a worker's: its cost, graph key and diversity, the graph built when asked for
+                    c, gk, div = got[2]
+                    self._built[key] = (_Found(self.ref, got[0], c, key, div), gk)
                 else:  # a seed's
                     g = B.build(self.ref, got[0])
                     self._built[key] = (Candidate(g, cost(g, self.device), key, got[0]), B.graph_key(g))

@@ -25,6 +25,11 @@ class Candidate:
     def time_us(self) -> float:
         return self.cost.time * 1e6
 
+    @property
+    def diversity(self) -> tuple:
+        """What `diverse` spreads the top over (`diversity`)."""
+        return diversity(self.graph, self.cost)
+
 
 def reference_candidate(ref: KNGraph, device=DEFAULT) -> Candidate:
     """The reference program itself as a candidate (always kept: it is what is returned
@@ -80,15 +85,22 @@ def order(c: Candidate):
             sum(k.flops for k in ks), c.key)
 
 
-def main_schedule(c: Candidate):
-    """Grid, for-loop range and block of the candidate's costliest graph-defined kernel
-    (None for a program of pre-defined kernels only)."""
-    gds = [op for op in c.graph.ops if op.kind == "graph_def"]
-    costs = [k for k in c.cost.kernels if k.kind == "graph_def"]  # in op order
+def main_schedule(g: KNGraph, c: Cost):
+    """Grid, for-loop range and block of the costliest graph-defined kernel of `g` (costs
+    `c`; None for a program of pre-defined kernels only)."""
+    gds = [op for op in g.ops if op.kind == "graph_def"]
+    costs = [k for k in c.kernels if k.kind == "graph_def"]  # in op order
     if not gds or len(costs) != len(gds):
         return None
     body = max(zip(costs, gds), key=lambda kg: kg[0].time)[1].body
     return tuple(body.grid_dim), body.forloop_range, tuple(body.block_dim)
+
+
+def diversity(g: KNGraph, c: Cost) -> tuple:
+    """The keys of `diverse`: the number of graph-defined kernels of `g` and its main
+    kernel's schedule (`main_schedule`). A search worker sends them with each candidate, so
+    the driver ranks without building graphs (`driver._Found`)."""
+    return sum(op.kind == "graph_def" for op in g.ops), main_schedule(g, c)
 
 
 def diverse(ranked: list, window: float = 2.0) -> list:
@@ -102,10 +114,11 @@ def diverse(ranked: list, window: float = 2.0) -> list:
     limit = ranked[0].cost.time * window if ranked else 0.0
     near = [c for c in ranked if c.cost.time <= limit]
     picked: dict = {}  # id -> candidate, in the order picked
-    for key in (lambda c: sum(op.kind == "graph_def" for op in c.graph.ops), main_schedule):
+    keys = {id(c): c.diversity for c in near}
+    for i in (0, 1):
         seen = set()
         for c in near:
-            k = key(c)
+            k = keys[id(c)][i]
             if k not in seen:
                 seen.add(k)
                 picked.setdefault(id(c), c)
