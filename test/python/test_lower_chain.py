@@ -222,3 +222,31 @@ def test_resident_seed_fills_one_wave(shape, first):
     cfg = SearchConfig()
     t = with_resident(c, space(c, cfg, {}, split_aware=True), [], cfg)[0]
     assert (t.tm, t.tl, t.th) == first and blocks(c, t) == 128 and launched_blocks(c, t, cfg.sms) == 128
+
+
+def test_cluster_parts_stay_clear_of_scratch_accumulators():
+    # a split loop with a register accumulator (X @ W) and a shared-memory one (X's chunks
+    # summed): each block's partials wait in its shared memory, the register one's padded
+    # f32 copy laid over the loop's tiles but not over the scratch accumulator, which is its
+    # own partial
+    from mirage.core.graph import TBGraph
+
+    g = mi.new_kernel_graph("two_accs")
+    X, W = g.new_input((64, 1024)), g.new_input((1024, 64))
+    tb = TBGraph(grid_dim=[1, 1, 1], block_dim=(128, 1, 1), forloop_range=16, reduction_dimx=64)
+    x = tb.new_input(X, input_map=(-1, -1, -1), forloop_dim=1)
+    w = tb.new_input(W, input_map=(-1, -1, -1), forloop_dim=0)
+    tb.new_output(tb.forloop_accum(tb.matmul(x, w)), output_map=(-1, -1, -1))
+    tb.new_output(tb.forloop_accum(x), output_map=(-1, -1, -1))
+    for t in g.customized([X, W], tb):
+        g.mark_output(t)
+    (k,) = plan_graph(g, Options(split=4)).kernels
+    p = k.plan
+    assert (p.split, p.cluster, p.ws_size) == (4, 4, 0)
+    mm_acc, x_acc = (op for op in tb.ops if op.kind == "forloop_accum")
+    assert id(mm_acc) in p.reg_acc and p.parts[id(x_acc)] is p.scratch[id(x_acc)]
+    reg, scr = p.parts[id(mm_acc)], p.scratch[id(x_acc)]
+    assert reg.ld == 64 + 8 and (reg.offset + reg.bytes <= scr.offset or scr.offset + scr.bytes <= reg.offset)
+    assert max(reg.offset + reg.bytes, scr.offset + scr.bytes) <= p.smem
+    low, ptx = to_ptx(g, options=Options(split=4), disk_cache=False)
+    assert low.buffers == [] and ptx.count("ld.shared::cluster.v4.f32") == 2 * 4

@@ -808,9 +808,10 @@ class KernelPlan:
         (`AccumulatorEmitter.cluster_combine`): a scratch accumulator's is its scratch
         tile; a register accumulator's is a padded f32 tile (`part_bytes`) over the space
         of the tiles, which are dead after the loop (a cluster-combined loop has no other
-        op after it), past the scratch tiles. Returns the end of the last."""
+        op after it), clear of the scratch tiles: from the lowest offset where they all fit.
+        Returns the end of the last buffer."""
         self.parts: dict[int, Tile] = {}
-        end = max((t.offset + t.bytes for t in self.scratch.values()), default=0)
+        regs = []
         for op in self.tb.ops:
             if op.kind != "forloop_accum":
                 continue
@@ -818,9 +819,15 @@ class KernelPlan:
             if id(op) in self.scratch:
                 self.parts[id(op)] = self.scratch[id(op)]
             else:
-                self.parts[id(op)] = Tile(shape, "f32", 4, ld=shape[-1] + 8, offset=-(-end // ALIGN) * ALIGN)
-                end = self.parts[id(op)].offset + self.parts[id(op)].bytes
-        return end
+                regs.append((id(op), Tile(shape, "f32", 4, ld=shape[-1] + 8)))
+        taken = sorted((t.offset, t.offset + t.bytes) for t in self.scratch.values())
+        need = sum(t.bytes for _, t in regs)
+        start = next(a for a in [0] + [-(-hi // ALIGN) * ALIGN for _, hi in taken]
+                     if not any(lo < a + need and a < hi for lo, hi in taken))
+        for oid, t in regs:
+            t.offset, start = start, start + t.bytes
+            self.parts[oid] = t
+        return max([start] + [hi for _, hi in taken])
 
     def exec_order(self) -> list[int]:
         """Indices of tb.ops in the order this kernel runs them: the schedule's depth
