@@ -296,7 +296,7 @@ def cluster_split(tb: TBGraph, split: int, opts: "Options") -> bool:
     if not opts.clusters or not 1 < split <= CLUSTER_MAX or not split_ok(tb):
         return False
     accs = [op for op in tb.ops if op.kind == "forloop_accum"]
-    if sum(part_bytes(op.outputs[0].shape) for op in accs) > opts.smem_capacity:
+    if sum(part_tile(op.outputs[0].shape).bytes for op in accs) > opts.smem_capacity:
         return False
     saved = {id(rec.stensor) for rec in tb.outputs}
     after = accum_after(tb)
@@ -308,10 +308,10 @@ def cluster_split(tb: TBGraph, split: int, opts: "Options") -> bool:
                and prod(op.outputs[0].shape[:-1]) % split == 0 for op in accs)
 
 
-def part_bytes(shape) -> int:
-    """Bytes of a register accumulator's partial in shared memory: f32 rows padded by 8
-    (the fragments' 8-byte stores of 8 rows hit distinct banks)."""
-    return prod(shape[:-1]) * (shape[-1] + 8) * 4
+def part_tile(shape) -> Tile:
+    """A register accumulator's partial in shared memory (`KernelPlan.place_parts`): f32
+    rows padded by 8 (the fragments' 8-byte stores of 8 rows hit distinct banks)."""
+    return Tile(tuple(shape), "f32", 4, ld=shape[-1] + 8)
 
 
 def accum_after(tb: TBGraph) -> set[int]:
@@ -806,7 +806,7 @@ class KernelPlan:
     def place_parts(self) -> int:
         """Where each accumulator's partial waits for the cluster's other blocks to read it
         (`AccumulatorEmitter.cluster_combine`): a scratch accumulator's is its scratch
-        tile; a register accumulator's is a padded f32 tile (`part_bytes`) over the space
+        tile; a register accumulator's is a padded f32 tile (`part_tile`) over the space
         of the tiles, which are dead after the loop (a cluster-combined loop has no other
         op after it), clear of the scratch tiles: from the lowest offset where they all fit.
         Returns the end of the last buffer."""
@@ -815,11 +815,10 @@ class KernelPlan:
         for op in self.tb.ops:
             if op.kind != "forloop_accum":
                 continue
-            shape = tuple(op.outputs[0].shape)
             if id(op) in self.scratch:
                 self.parts[id(op)] = self.scratch[id(op)]
             else:
-                regs.append((id(op), Tile(shape, "f32", 4, ld=shape[-1] + 8)))
+                regs.append((id(op), part_tile(op.outputs[0].shape)))
         taken = sorted((t.offset, t.offset + t.bytes) for t in self.scratch.values())
         need = sum(t.bytes for _, t in regs)
         start = next(a for a in [0] + [-(-hi // ALIGN) * ALIGN for _, hi in taken]
