@@ -7,7 +7,8 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 
 from mirage.search import build as B, driver as D  # noqa: E402
-from mirage.search.result import Candidate  # noqa: E402
+from mirage.search.cost import cost  # noqa: E402
+from mirage.search.result import Candidate, diversity  # noqa: E402
 from test_search_ray import _items  # noqa: E402
 
 
@@ -22,7 +23,12 @@ def test_ranking_from_the_workers_costs_is_that_of_built_candidates():
     lazy = D._Checks(ref, cfg, D.DEFAULT)
     built = D._Checks(ref, cfg, D.DEFAULT)
     ranked, slow = lazy.rank(found)
-    ranked_b, slow_b = built.rank({k: v[:2] for k, v in found.items()})  # as seeds: built here
+    again = {}  # each candidate built and costed here
+    for k, (plan, _, _) in found.items():
+        g = B.build(ref, plan)
+        c = cost(g, D.DEFAULT)
+        again[k] = (plan, c.time, (c, B.graph_key(g), diversity(g, c)))
+    ranked_b, slow_b = built.rank(again)
     assert [c.key for c in ranked] == [c.key for c in ranked_b] and [c.key for c in slow] == [c.key for c in slow_b]
     assert [c.cost for c in ranked + slow] == [c.cost for c in ranked_b + slow_b]
     # the graphs of those beyond diverse's window (2 x the best cost) were not built to rank them

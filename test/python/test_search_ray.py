@@ -75,7 +75,7 @@ def _items(name):
     ref, cfg = make(), make_config("attention", **limits)
     pro = analyze(ref) or aliased(ref)
     seeds = D._seeds(ref, cfg, D.DEFAULT, pro, Stats().pruned)
-    bound = D.BOUND_WINDOW * min(c for _, c in seeds.values())
+    bound = D.BOUND_WINDOW * min(v[1] for v in seeds.values())
     gen = Generator(pro.core if pro is not None else ref, cfg, bound=bound)
     return ref, cfg, pro, bound, gen, D.work_items(gen, bound=bound)[0]
 
@@ -111,9 +111,28 @@ def test_an_item_cut_into_parts_visits_what_it_visits_whole(name):
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))
+def test_the_pools_workers_cut_the_items_as_this_process_does(name):
+    # with a pool, driver.split's chunks run on its workers, each with a generator of its
+    # own (here not forked from this one: its expression table numbers expressions in
+    # another order): the same units, and outputs that group the same units together
+    from mirage.search import driver as D, executor as X
+
+    ref, cfg, pro, bound, gen, items = _items(name)
+    here = D.split(gen, items)
+    pool = X.make("local", 2, D._init_worker, (ref, cfg, pro, bound, D.DEFAULT, True, None), None)
+    try:
+        there = D.split(gen, items, lambda args: D._in_order(pool, D._split_call, args))
+    finally:
+        pool.close()
+    assert here == there
+    assert len(here[0]) > len(items) and sum(m[1] is not None for m in here[1]) > len(items) // 2
+    assert len(D._Lanes(*here).groups) < len(here[0])  # some units share their outputs
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
 def test_a_worker_started_from_the_drivers_generator_visits_what_a_fresh_one_visits(name):
-    # the local pool's workers start from the driver's generator, whose memos `split`
-    # filled (driver._init_worker's gen): each unit visits the same states, counts the same
+    # the local pool's workers start from the driver's generator, whose memos
+    # `work_items` filled (driver._init_worker's gen): each unit visits the same states, counts the same
     # pruning and candidates and finds the same plans at the same costs as on a fresh one
     from mirage.search import driver as D
 

@@ -284,7 +284,7 @@ def test_thread_graph_sites_are_counted():
 
     ref, fused = small("gqa")
     cfg = make_config(auto_config(ref)[0], **auto_config(ref)[1])
-    plans = [plan for plan, _ in D._seeds(ref, cfg, D.DEFAULT).values()]
+    plans = [v[0] for v in D._seeds(ref, cfg, D.DEFAULT).values()]
     cands = [B.build(ref, p) for p in plans]
     cands = [g for g in cands if any(op.kind == "thread_graph" for k in g.ops if k.kind == "graph_def"
                                      for op in k.body.ops)]

@@ -55,8 +55,8 @@ def _init_worker(deadline, stop_event, ref, cfg, pro=None, bound=None, device=DE
     # with input prologues the generator searches the core program; plans are folded
     # back (prologue.fold) before they are built against the reference. `gen`: the
     # driver's generator of the same program, config and bound, whose value memos
-    # (tiles, block ops, schedules) `split` filled for every item's first kernel: a
-    # forked worker starts from them instead of building its own (`_search`)
+    # (tiles, block ops, schedules) `work_items` filled: a forked worker starts from them
+    # instead of building its own (`_search`)
     if gen is None:
         gen = Generator(pro.core if pro is not None else ref, cfg, deadline, stop_event, bound, device)
     gen.deadline, gen.stop_flag = deadline, stop_event
@@ -290,59 +290,85 @@ def work_items(gen: Generator, device: Target = DEFAULT, bound: float | None = N
     return [kept[k][1] for k in order], len(items) - len(kept)
 
 
-# `split` runs each item's first block-graph DFS in this process: at most this many of its
-# block states per item (GQA's cut items: 13 at most), and this many for all items (the
-# unrestricted space of a small RMSNorm program: 1.1 M states over 808 items, 11 s);
-# an item past either limit stays whole
+# `split` runs each item's first block-graph DFS: at most this many of its block states
+# per item (GQA's cut items: 13 at most), and this many for all items (the unrestricted
+# space of a small RMSNorm program: 1.1 M states over 808 items, 11 s), shared out over
+# chunks of SPLIT_CHUNK items in order; an item past either limit stays whole. With a pool,
+# the chunks run on its workers (`_search`): in one process GQA's and QKNorm's 373 items
+# took 0.13 s on the VM, 0.2-0.3 s on the GPU machine, while 16 workers waited for them
 SPLIT_ITEM_STATES = 500
 SPLIT_STATES = 10_000
+SPLIT_CHUNK = 8
 # the time of a unit whose block-graph DFSs another unit of its group ran, as a share of
 # that one's: GQA at max_block_ops=8, 0-25 %, mostly 5-10 % (`_Lanes`)
 REPLAYED = 0.1
 
 
-def split(gen: Generator, items: list) -> tuple[list, list]:
+def split(gen: Generator, items: list, run=None) -> tuple[list, list]:
     """(units, meta): `items` with each graph-defined item whose kernel closes into n > 1
     distinct kernel states cut into its n parts (`_walk`), so that no item is a large
     share of the search (GQA at max_block_ops=8: one item was 7.6 % of the work, bounding
     16 workers to 0.82; its kernel closes into 8 states); per unit (weight, outputs):
     weight 1 for a unit whose kernel closes into a state (what follows is searched), 0.01
     for one that closes into none (only its block-graph DFS runs), 1 for an item not
-    probed; outputs: the values of the tensors its kernel adds (one state), else None.
-    Units of the same outputs search below tensors of the same values, whose block-graph
-    DFSs the generator replays in a process that ran them once (`_BlockCtx.run`): `_Lanes`
-    deals them to one worker. The cut is the block-graph DFS of each item's first kernel
-    (within SPLIT_ITEM_STATES and SPLIT_STATES: GQA 0.1-0.2 s for 373 items), nothing
-    after it. Deterministic, and the same states and counts as the whole items; with a
-    state cap (`max_states`, per work item) nothing is cut, so that the cap keeps its
+    probed; outputs: a digest of the values of the tensors its kernel adds (one state),
+    else None. Units of the same outputs search below tensors of the same values, whose
+    block-graph DFSs the generator replays in a process that ran them once
+    (`_BlockCtx.run`): `_Lanes` deals them to one worker. The cut is the block-graph DFS
+    of each item's first kernel (`_probe`), nothing after it. `run(args)`: `_split_call`
+    of each of `args` (chunks of items), in order (default: in this process). The same
+    units wherever the chunks run, and the same states and counts as the whole items; with
+    a state cap (`max_states`, per work item) nothing is cut, so that the cap keeps its
     meaning."""
     if gen.cfg.max_states is not None:
         return list(items), [(1.0, None)] * len(items)
+    share = max(SPLIT_ITEM_STATES, SPLIT_STATES * SPLIT_CHUNK // max(1, len(items)))
+    args = [(items[i:i + SPLIT_CHUNK], share) for i in range(0, len(items), SPLIT_CHUNK)]
+    probes = run(args) if run is not None else [_probe(gen, *a) for a in args]
+    units, meta = [], []
+    for it, outs in zip(items, (o for chunk in probes for o in chunk)):
+        n = len(outs)
+        units += [it] if n <= 1 else [it + (j, n) for j in range(n)]
+        meta += [(1.0, o) for o in outs] or [(0.01, None)]
+    return units, meta
+
+
+def _split_call(arg):
+    """In a worker: `_probe` of a chunk of items on its generator."""
+    return _probe(_W["gen"], *arg)
+
+
+def _probe(gen: Generator, items: list, budget: int) -> list:
+    """Per item: the outputs digest of each distinct kernel state its first kernel closes
+    into, in `_walk`'s order of the parts ([None]: not probed, or cut short), within
+    `budget` block states for all of them."""
     saved = gen.stats, gen._memo, gen.on_candidate, gen.cfg
     n_in = len(gen.ref.inputs)
-    units, meta = [], []
-    budget = SPLIT_STATES
+    out, memo = [], {}
     try:
         for it in items:
+            if it[0] == "op" or budget <= 0:
+                out.append([None])
+                continue
             keys: dict = {}  # in `_walk`'s order of the parts
-            if it[0] == "op":
-                keys[None] = 0
-            elif budget > 0:
-                gen.cfg = saved[3].with_(max_states=min(SPLIT_ITEM_STATES, budget))
-                gen.stats, gen._memo, gen.on_candidate = Stats(), {}, lambda plan: None
-                _walk(gen, it, lambda st: keys.setdefault(gen.state_key(st), len(keys)))
-                budget -= gen.stats.states
-                if gen.stats.stopped:  # cut short: not known, left whole
-                    keys = {None: 0}
-            else:
-                keys[None] = 0
-            n = len(keys)
-            units += [it] if n <= 1 else [it + (j, n) for j in range(n)]
-            # a state key's tensors: (expr, shape, classes, consumed), the program's inputs first
-            meta += [(1.0, None if k is None else tuple(t[:3] for t in k[0][n_in:])) for k in keys] or [(0.01, None)]
+            gen.cfg = saved[3].with_(max_states=min(SPLIT_ITEM_STATES, budget))
+            gen.stats, gen._memo, gen.on_candidate = Stats(), {}, lambda plan: None
+            _walk(gen, it, lambda st: keys.setdefault(gen.state_key(st), len(keys)))
+            budget -= gen.stats.states
+            out.append([None] if gen.stats.stopped else [_outputs_digest(gen.T, k, n_in, memo) for k in keys])
     finally:
         gen.stats, gen._memo, gen.on_candidate, gen.cfg = saved
-    return units, meta
+    return out
+
+
+def _outputs_digest(T, key: tuple, n_in: int, memo: dict) -> bytes | None:
+    """The tensors a kernel state `key` adds past the program's `n_in` inputs, (expr,
+    shape, classes) each, as a digest the same in every process (None: not comparable)."""
+    try:
+        outs = tuple((_expr_digest(T, e, memo), shape, classes) for e, shape, classes, _ in key[0][n_in:])
+    except KeyError:  # an expression node `_expr_digest` does not know
+        return None
+    return hashlib.blake2b(repr(outs).encode(), digest_size=16).digest()
 
 
 def _kind(unit) -> tuple:
@@ -746,7 +772,7 @@ def _strategy(ref, cfg, verbose, device, preset, config, t0) -> SearchResult:
 def _seeds(ref, cfg, device, pro=None, pruned=None) -> dict:
     """The seeds of `ref` (search/seed.py, search/mbci.py; of its core program, folded back,
     where it has input prologues) that build (fit in shared memory, ...), as the search's
-    found candidates: key -> (plan, cost). `pruned` counts the chain search's pruning."""
+    found candidates, as a worker sends them (`_run_item`). `pruned` counts the chain search's pruning."""
     out = {}
     core = pro.core if pro is not None else ref
 
@@ -760,9 +786,11 @@ def _seeds(ref, cfg, device, pro=None, pruned=None) -> dict:
                  + mbci_seeds(core, cfg, core_cost, pruned, device)):
         for plan in pro.variants(seed) if pro is not None else [seed]:
             try:
-                out[B.plan_key(plan)] = (plan, cost(B.build(ref, plan), device).time)
+                g = B.build(ref, plan)
             except Exception:  # the builder's checks reject it: not a candidate
                 continue
+            c = cost(g, device)  # as a worker sends a candidate (`_run_item`): no graph built to rank it
+            out[B.plan_key(plan)] = (plan, c.time, (c, B.graph_key(g), diversity(g, c)))
     return out
 
 
@@ -799,12 +827,26 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
     found = _seeds(ref, cfg, device, pro, stats.pruned)
     # branch and bound: items (and kernel states) whose every candidate costs more than
     # the seeds' top-k window are not searched
-    bound = BOUND_WINDOW * min(c for _, c in found.values()) if found else None
+    bound = BOUND_WINDOW * min(v[1] for v in found.values()) if found else None
     gen = Generator(pro.core if pro is not None else ref, cfg, bound=bound, device=device)
     items, skipped = work_items(gen, device, bound)
-    units, meta = split(gen, items)
     workers = cfg.workers or (X.ray_workers() if cfg.executor == "ray" else os.cpu_count() or 1)
-    workers = max(1, min(workers, len(units) or 1))
+    pool = None
+    if 1 < workers <= len(items):
+        # the pool first: its workers cut the items (`split`). The local pool's workers are
+        # forked: they start from `gen`'s memos at no cost; a Ray worker builds its own
+        # (they would travel pickled)
+        warm = gen if cfg.executor == "local" else None
+        pool = X.make(cfg.executor, workers, _init_worker, (ref, cfg, pro, bound, device, True, warm),
+                      enumeration_deadline)
+        try:
+            units, meta = split(gen, items, lambda args: _in_order(pool, _split_call, args))
+        except BaseException:
+            pool.close()
+            raise
+    else:
+        units, meta = split(gen, items)
+    workers = pool.workers if pool is not None else max(1, min(workers, len(units) or 1))
     ukey = _units_key(ref, units)
     lanes = _Lanes(units, meta, workers, _LEARNED.get(ukey))
     spent: dict = {}  # unit -> the seconds of the calls that ran it (a call's shared evenly)
@@ -847,11 +889,11 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
             _W.pop("gen", None)
             gen.on_candidate = None
         return _rank(ref, cfg, stats, found, device, time.monotonic() - t0, checks, deadline, progress)
-    # the local pool's workers are forked: they start from `gen`'s memos at no cost; a
-    # Ray worker builds its own (they would travel pickled)
-    warm = gen if cfg.executor == "local" else None
-    pool = checks.pool = X.make(cfg.executor, workers, _init_worker, (ref, cfg, pro, bound, device, True, warm),
-                                enumeration_deadline)
+    if pool is None:
+        pool = X.make(cfg.executor, workers, _init_worker,
+                      (ref, cfg, pro, bound, device, True, gen if cfg.executor == "local" else None),
+                      enumeration_deadline)
+    checks.pool = pool
     running: dict = {}  # the calls of work items in flight: pool handle -> (lane, tasks, start)
     ranked = (-1, [])  # (len(found), its ranking)
     donated = _Donated(units, meta, cfg, workers)
@@ -938,6 +980,16 @@ def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> S
         pool.close()  # checks still running (no longer wanted) are abandoned
 
 
+def _in_order(pool, fn, args: list) -> list:
+    """`fn` of each of `args` on `pool`'s workers, at once; the results in order."""
+    handles = {pool.submit(fn, a): i for i, a in enumerate(args)}
+    out = [None] * len(args)
+    while handles:
+        h, res = pool.next_done()
+        out[handles.pop(h)] = res
+    return out
+
+
 @contextlib.contextmanager
 def _collections_put_off():
     """The garbage collector off while the driver deals (then as it was): a full collection
@@ -1009,13 +1061,9 @@ class _Checks:
         reference, which are not checked (at full size their float64 run alone can take a minute)."""
         ranked, seen = [], set()
         for key, got in sorted(found.items(), key=lambda kv: (kv[1][1], kv[0])):
-            if key not in self._built:
-                if len(got) > 2:  # a worker's: its cost, graph key and diversity, the graph built when asked for
-                    c, gk, div = got[2]
-                    self._built[key] = (_Found(self.ref, got[0], c, key, div), gk)
-                else:  # a seed's
-                    g = B.build(self.ref, got[0])
-                    self._built[key] = (Candidate(g, cost(g, self.device), key, got[0]), B.graph_key(g))
+            if key not in self._built:  # its cost, graph key and diversity; the graph built when asked for
+                c, gk, div = got[2]
+                self._built[key] = (_Found(self.ref, got[0], c, key, div), gk)
             c, gk = self._built[key]
             if gk not in seen:
                 seen.add(gk)
