@@ -1,8 +1,32 @@
-// RUN: mirage-opt %s --convert-mirage-to-gpu | FileCheck %s
-// RUN: mirage-opt %s --pass-pipeline='builtin.module(convert-mirage-to-gpu{fold-combine=false})' | FileCheck %s --check-prefix=TWO
+// RUN: mirage-opt %s --convert-mirage-to-gpu | FileCheck %s --check-prefix=CLU
+// RUN: mirage-opt %s --pass-pipeline='builtin.module(convert-mirage-to-gpu{clusters=false})' | FileCheck %s
+// RUN: mirage-opt %s --pass-pipeline='builtin.module(convert-mirage-to-gpu{clusters=false fold-combine=false})' | FileCheck %s --check-prefix=TWO
 
 // 2 blocks are far fewer than the SMs: the 8-iteration loop is split over 2 blocks
-// (grid z). Default: one kernel; every block writes its raw f32 accumulators to the
+// (grid z). Default: the 2 blocks of a split group are a cluster. Each keeps its f32
+// partial in its shared memory; after a cluster barrier each sums its 4 of the 8 rows over
+// both blocks' partials (distributed shared memory) and stores them into the first block's
+// accumulator tile; after a second barrier the first block runs silu and the saver. No
+// workspace.
+// CLU-LABEL: gpu.module @mlp_kernels
+// CLU-SAME: \22buffers\22: []
+// CLU: gpu.func @mlp_k0_split(%{{.*}}: memref<4096xf16>, %{{.*}}: memref<32768xf16>, %{{.*}}: memref<512xf16>) kernel
+// CLU-SAME: known_grid_size = array<i32: 2, 1, 2>, nvvm.cluster_dim = array<i32: 1, 1, 2>
+// CLU: nvgpu.mma.sync
+// CLU: nvvm.cluster.arrive
+// CLU-NEXT: nvvm.cluster.wait
+// CLU: mapa.shared::cluster.u64
+// CLU: ld.shared::cluster.v4.f32
+// CLU: st.shared::cluster.b16
+// CLU-NOT: math.exp
+// CLU: nvvm.cluster.arrive
+// CLU-NEXT: nvvm.cluster.wait
+// CLU: scf.if
+// CLU: math.exp
+// CLU: gpu.return
+// CLU-NOT: gpu.func
+
+// Without clusters: one kernel; every block writes its raw f32 accumulators to the
 // workspace, counts its arrival (atomic add on a per-group counter after the
 // workspace's partials), and the last block of the group sums the partials, runs silu and
 // the saver, and resets the counter. The workspace is 2 splits x 2 blocks x 8x32 + 2 counters.
@@ -24,7 +48,7 @@
 // CHECK: gpu.return
 // CHECK-NOT: gpu.func
 
-// With fold-combine=false: the partial kernel writes raw f32 accumulators to a workspace
+// With fold-combine=false too: the partial kernel writes raw f32 accumulators to a workspace
 // buffer, a second (combine) kernel sums them, then runs silu and the saver.
 // TWO-LABEL: gpu.module @mlp_kernels
 // TWO-SAME: \22buffers\22: [{\22shape\22: [1024], \22dtype\22: \22f32\22}]

@@ -325,7 +325,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
             if self.p.fold:
                 self.fold_combine(accs, post_ops)
             elif self.p.cluster:
-                self.cluster_combine(accs)
+                self.cluster_combine(accs, post_ops)
             return self._finish()
         e.barrier()
         self.epilogue(post_ops)
@@ -553,7 +553,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
             if self.p.fold:
                 self.fold_combine(accs, None)
             elif self.p.cluster:
-                self.cluster_combine(accs)
+                self.cluster_combine(accs, None)
             return self._finish()
         self.post_region(post)
         return self._finish()

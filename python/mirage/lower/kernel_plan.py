@@ -249,10 +249,11 @@ class Options:
     # warp in a block of whole warpgroups whose B tile is swizzled runs as wgmma.mma_async,
     # B read by the tensor cores straight from shared memory; off on targets without it
     wgmma: bool = True
-    # a split for-loop of at most CLUSTER_MAX blocks whose outputs are plain sums runs its
-    # split blocks as one thread-block cluster (sm_90): each block writes its partials, the
-    # cluster waits at its barrier, and every block sums and stores its own rows of the
-    # outputs (`cluster_split`), instead of the last block combining all of them alone
+    # a split for-loop of at most CLUSTER_MAX blocks whose accumulators are plain sums runs
+    # its split blocks as one thread-block cluster (sm_90): each block writes its partials,
+    # the cluster waits at its barrier, and every block sums its own rows of them and stores
+    # them (the ops after the loop, if any, then run on the first block: `cluster_split`),
+    # instead of the last block combining all of them alone
     clusters: bool = True
 
 
@@ -290,22 +291,27 @@ CLUSTER_MAX = 8
 
 def cluster_split(tb: TBGraph, split: int, opts: "Options") -> bool:
     """Whether a for-loop split over `split` blocks combines its partials in a cluster: every
-    op after the loop is a plain-sum accumulator whose output is saved as it is, and each
-    of those tiles has rows for every block of the cluster and 4-element rows (f32x4
-    partials) whose padded f32 copies fit in shared memory (`KernelPlan.place_parts`)."""
+    accumulator is a plain sum with rows for every block of the cluster, whose padded f32
+    copies fit in shared memory (`KernelPlan.place_parts`); either the ops after the loop
+    run on the cluster's first block (`post_ops`: attention's division by the row sums),
+    or there are none and each accumulator's output is saved as it is, in 4-element rows."""
     if not opts.clusters or not 1 < split <= CLUSTER_MAX or not split_ok(tb):
         return False
     accs = [op for op in tb.ops if op.kind == "forloop_accum"]
     if sum(part_tile(op.outputs[0].shape).bytes for op in accs) > opts.smem_capacity:
         return False
+    if not all(op.attrs["kind"] in ("none", "sum") and prod(op.outputs[0].shape[:-1]) % split == 0 for op in accs):
+        return False
+    if post_ops(tb):
+        return True
     saved = {id(rec.stensor) for rec in tb.outputs}
+    return {id(op.outputs[0]) for op in accs} == saved and all(op.outputs[0].shape[-1] % 4 == 0 for op in accs)
+
+
+def post_ops(tb: TBGraph) -> list[Op]:
+    """The ops after the for-loop other than its accumulators."""
     after = accum_after(tb)
-    if any(id(op) in after for op in tb.ops if op.kind != "forloop_accum"):
-        return False
-    if {id(op.outputs[0]) for op in accs} != saved:
-        return False
-    return all(op.attrs["kind"] in ("none", "sum") and op.outputs[0].shape[-1] % 4 == 0
-               and prod(op.outputs[0].shape[:-1]) % split == 0 for op in accs)
+    return [op for op in tb.ops if id(op) in after and op.kind != "forloop_accum"]
 
 
 def part_tile(shape) -> Tile:
@@ -572,6 +578,9 @@ class KernelPlan:
         self.tb, self.ins, self.opts, self.mode, self.split, self.name = tb, ins, opts, mode, split, name
         # partial kernel whose split blocks form a cluster that combines (`cluster_split`)
         self.cluster = split if mode == "partial" and has_outputs and cluster_split(tb, split, opts) else 0
+        # the ops after the loop run on the cluster's first block, on the accumulators' tiles
+        # that the cluster's blocks fill with their shares of the sums
+        self.cluster_post = bool(self.cluster and post_ops(tb))
         # partial kernel that also combines (last-arriving block of each split group)
         self.fold = mode == "partial" and opts.fold_combine and has_outputs and not self.cluster
         self.ws_off: dict[int, int] = {}
@@ -745,7 +754,7 @@ class KernelPlan:
             self.tiles[id(rec.stensor)] = mk(rec.stensor)
         for op in tb.ops:
             for t in op.outputs:
-                if id(t) in reg_mm_out or (self.cluster and op.kind == "forloop_accum"):
+                if id(t) in reg_mm_out or (self.cluster and not self.cluster_post and op.kind == "forloop_accum"):
                     continue  # in registers; or a cluster's partial, combined from its part (`place_parts`)
                 self.tiles[id(t)] = mk(t)
             if (op.kind == "forloop_accum" and id(op) not in self.reg_acc) or op.kind == "forloop_accum_rescale" \
@@ -792,7 +801,7 @@ class KernelPlan:
         self.notes["cp_async_inputs"] = sum(1 for v in self.async_in.values() if v)
         off = self._place(varying, S, final=True)
         if self.cluster:
-            off = max(off, self.place_parts())
+            off = max(off, self.place_parts(off if self.cluster_post else 0))
         self.smem = off
         self.wgmma = {id(op) for op in tb.ops if id(op) in self.mma_ops and self._wgmma_ok(op)}
         if self.wgmma:
@@ -803,13 +812,14 @@ class KernelPlan:
                                 f"{', reuse of dead tiles' if self.opts.smem_plan else ''}), more than the "
                                 f"capacity {self.opts.smem_capacity}", tb)
 
-    def place_parts(self) -> int:
+    def place_parts(self, lowest: int = 0) -> int:
         """Where each accumulator's partial waits for the cluster's other blocks to read it
         (`AccumulatorEmitter.cluster_combine`): a scratch accumulator's is its scratch
         tile; a register accumulator's is a padded f32 tile (`part_tile`) over the space
-        of the tiles, which are dead after the loop (a cluster-combined loop has no other
-        op after it), clear of the scratch tiles: from the lowest offset where they all fit.
-        Returns the end of the last buffer."""
+        of the tiles, which are dead after the loop (a cluster-combined loop without ops
+        after it; with them, `lowest` is the end of the tiles, which the first block's
+        epilogue reads), clear of the scratch tiles: from the lowest offset from `lowest`
+        where they all fit. Returns the end of the last buffer."""
         self.parts: dict[int, Tile] = {}
         regs = []
         for op in self.tb.ops:
@@ -821,7 +831,7 @@ class KernelPlan:
                 regs.append((id(op), part_tile(op.outputs[0].shape)))
         taken = sorted((t.offset, t.offset + t.bytes) for t in self.scratch.values())
         need = sum(t.bytes for _, t in regs)
-        start = next(a for a in [0] + [-(-hi // ALIGN) * ALIGN for _, hi in taken]
+        start = next(a for a in [-(-lowest // ALIGN) * ALIGN] + [-(-hi // ALIGN) * ALIGN for _, hi in taken if hi >= lowest]
                      if not any(lo < a + need and a < hi for lo, hi in taken))
         for oid, t in regs:
             t.offset, start = start, start + t.bytes

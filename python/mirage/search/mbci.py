@@ -149,7 +149,8 @@ def launched_blocks(c: Chain, t: Tiling, sms: int) -> int:
     that it chooses for a grid under 3/4 of the SMs (`lower.kernel_plan.default_split`, the
     rule of `choose_split`, with the loop's `loop_intensity`). The chain's accumulators are
     plain sums, so its loop splits; a GEMM chain's loop over n, whose only op after the loop
-    is E's accumulator, combines in a cluster (`cluster_rows`: E's tm rows)."""
+    is E's accumulator, combines in a cluster (`cluster_rows`: E's tm rows), as does
+    attention's, whose division by the row sums runs on the cluster's first block."""
     from ..lower.kernel_plan import default_split
 
     nb = blocks(c, t)
@@ -158,7 +159,7 @@ def launched_blocks(c: Chain, t: Tiling, sms: int) -> int:
     else:  # A [tm, tl] and B [tl, N] stream; C += A @ B
         flops, streamed = 2 * t.tm * t.tl * c.N, t.tl * (t.tm + c.N)
     intensity = flops / (streamed * c.itemsize)
-    rows = t.tm if t.form == "n" and not c.normalized and t.th % 4 == 0 else 0
+    rows = t.tm if t.form == "n" and (c.normalized or t.th % 4 == 0) else 0
     return nb * default_split(nb, (c.N if t.form == "n" else c.K) // t.tl, sms, intensity, rows)
 
 

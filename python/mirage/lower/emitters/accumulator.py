@@ -158,56 +158,104 @@ class AccumulatorEmitter:
             with e.if_(e.cmp("eq", self.tid, 0)):
                 e.store(e.f32(0.0), ws.name, ws.mtype, cnt, "f32")
 
-    def cluster_combine(self, accs) -> None:
+    def cluster_combine(self, accs, post_ops=None) -> None:
         """The split blocks of a cluster (`KernelPlan.cluster`, `cluster_split`) wait for
         each other's partials at the cluster barrier (release / acquire at cluster scope:
         the shared-memory stores before it are seen after it); then block `sp` of the
         cluster (its rank) sums rows [sp, sp + 1) * rows / split of every accumulator over
         the partials in the blocks' shared memory (distributed shared memory: `mapa` gives
         a peer's address of the part, `ld.shared::cluster` reads it), four elements a
-        thread at a time, and stores them as the output tile's rows. A second cluster
-        barrier (relaxed arrive) keeps every block's shared memory until the others have read it."""
+        thread at a time where the rows allow, and stores them as the output tile's rows,
+        or, with ops after the loop (`KernelPlan.cluster_post`), into the accumulator's
+        tile in the first block's shared memory, where that block runs them once a second
+        barrier has made every block's share visible. That second cluster barrier also
+        keeps every block's shared memory until the others have read it (without ops
+        after the loop, a relaxed arrive: only the wait matters)."""
         e = self.e
         s = self.p.cluster
+        post = self.p.cluster_post
         e.line("nvvm.cluster.arrive")
         e.line("nvvm.cluster.wait")
-        st = "!llvm.struct<(f32, f32, f32, f32)>"
-        for k, rec in enumerate(self.tb.outputs):
-            op = next(a for a in accs if a.outputs[0] is rec.stensor)
+        base = e.op(f"memref.extract_aligned_pointer_as_index {self.smem_base} : memref<?xi8, {SMEM}> -> index", "sp")
+
+        def cluster_addr(offset, rank: int):
+            local = e.op(f"arith.index_cast {e.idx(e.add(base, offset))} : index to i64", "sa")
+            return e.op(f'llvm.inline_asm "mapa.shared::cluster.u64 $0, $1, $2;", "=l,l,r" {local}, '
+                        f'{e.op(f"arith.constant {rank} : i32", "c")} : (i64, i32) -> i64', "pa")
+
+        first = cluster_addr(0, 0) if post else None
+        # (accumulator, the output it is saved as; None: the first block's epilogue reads its tile)
+        combined = ([(op, None) for op in accs] if post else
+                    [(next(a for a in accs if a.outputs[0] is rec.stensor), k) for k, rec in enumerate(self.tb.outputs)])
+        for op, k in combined:
             part = self.p.parts[id(op)]
-            base = e.op(f"memref.extract_aligned_pointer_as_index {self.smem_base} : memref<?xi8, {SMEM}> -> index", "sp")
-            local = e.op(f"arith.index_cast {e.idx(e.add(base, part.offset))} : index to i64", "sa")
-            peers = [e.op(f'llvm.inline_asm "mapa.shared::cluster.u64 $0, $1, $2;", "=l,l,r" {local}, '
-                          f'{e.op(f"arith.constant {j} : i32", "c")} : (i64, i32) -> i64', "pa") for j in range(s)]
-            g = self.outs[k]
-            shape = rec.stensor.shape
+            peers = [cluster_addr(part.offset, j) for j in range(s)]
+            shape = op.outputs[0].shape
             per, cols = prod(shape[:-1]) // s, shape[-1]
-            blk = self.out_base[k][0]
-            with e.for_(self.tid, per * cols // 4, self.p.nthreads) as c:
-                row = e.add(e.mul(self.sp, per), e.div(c, cols // 4))
-                col = e.mul(e.rem(c, cols // 4), 4)
+            w = 4 if cols % 4 == 0 else 1
+            with e.for_(self.tid, per * cols // w, self.p.nthreads) as c:
+                row = e.add(e.mul(self.sp, per), e.div(c, cols // w))
+                col = e.mul(e.rem(c, cols // w), w)
                 off = e.op(f"arith.index_cast {e.idx(e.mul(e.add(e.mul(row, part.ld), col), 4))} : index to i64", "o")
-                loads = [e.op(f'llvm.inline_asm has_side_effects "ld.shared::cluster.v4.f32 {{$0, $1, $2, $3}}, [$4];", '
-                              f'"=f,=f,=f,=f,l" {e.op(f"llvm.add {pa}, {off} : i64", "a")} : (i64) -> {st}', "ld")
-                         for pa in peers]  # all in flight before the first add
                 v = None
-                for r in loads:
-                    x = e.op(f"vector.from_elements {', '.join(e.op(f'llvm.extractvalue {r}[{q}] : {st}', 'f') for q in range(4))}"
-                             " : vector<4xf32>", "vf")
-                    v = x if v is None else e.op(f"arith.addf {v}, {x} : vector<4xf32>", "vf")
-                goff = e.add(blk, e.dot(e.delinearize(row, shape[:-1]) + [col], g.strides))
-                if g.elt != "f32":
-                    v = e.op(f"arith.truncf {v} : vector<4xf32> to vector<4x{g.elt}>", "vv")
-                if g.chunks_along(len(shape) - 1, 4):
-                    e.line(f"vector.store {v}, {g.name}[{e.idx(goff)}] {{alignment = {4 * g.itemsize}}} : "
-                           f"{g.mtype}, vector<4x{g.elt}>")
+                for x in [self._cluster_load(e.op(f"llvm.add {pa}, {off} : i64", "a"), w) for pa in peers]:
+                    v = x if v is None else e.op(f"arith.addf {v}, {x} : vector<{w}xf32>", "vf")  # all loads first
+                if post:
+                    self._cluster_store(first, self.p.tiles[id(op.outputs[0])], shape, row, col, v, w)
                 else:
-                    for q in range(4):
-                        x = e.op(f"vector.extract {v}[{q}] : {g.elt} from vector<4x{g.elt}>", "x")
-                        e.line(f"memref.store {x}, {g.name}[{e.idx(e.add(goff, q * g.strides[-1]))}] : {g.mtype}")
-        # the reads are done (their values are stored): no ordering needed, only the wait
-        e.line('llvm.inline_asm has_side_effects "barrier.cluster.arrive.relaxed.aligned;", "" : () -> ()')
+                    self._store_rows(k, row, col, v)
+        if not post:  # the reads are done (their values are stored): no ordering needed, only the wait
+            e.line('llvm.inline_asm has_side_effects "barrier.cluster.arrive.relaxed.aligned;", "" : () -> ()')
+            e.line("nvvm.cluster.wait")
+            return
+        e.line("nvvm.cluster.arrive")
         e.line("nvvm.cluster.wait")
+        with e.if_(e.cmp("eq", self.sp, 0)):
+            self.epilogue(post_ops)
+
+    def _cluster_load(self, addr, w: int):
+        """`w` (1 or 4) f32 at cluster address `addr`, as a vector<w x f32>."""
+        e = self.e
+        if w == 1:
+            x = e.op(f'llvm.inline_asm has_side_effects "ld.shared::cluster.f32 $0, [$1];", "=f,l" {addr} : (i64) -> f32', "f")
+            return e.op(f"vector.from_elements {x} : vector<1xf32>", "vf")
+        st = "!llvm.struct<(f32, f32, f32, f32)>"
+        r = e.op(f'llvm.inline_asm has_side_effects "ld.shared::cluster.v4.f32 {{$0, $1, $2, $3}}, [$4];", '
+                 f'"=f,=f,=f,=f,l" {addr} : (i64) -> {st}', "ld")
+        return e.op(f"vector.from_elements {', '.join(e.op(f'llvm.extractvalue {r}[{q}] : {st}', 'f') for q in range(4))}"
+                    " : vector<4xf32>", "vf")
+
+    def _cluster_store(self, first, tile, shape, row, col, v, w: int) -> None:
+        """Elements col..col + w of row `row` of `tile` (of `shape`) in the cluster's first
+        block (`first`: the cluster address of its shared memory), one at a time (the tile's
+        layout may swizzle them apart)."""
+        e = self.e
+        coords = e.delinearize(row, shape[:-1])
+        for q in range(w):
+            x = e.op(f"vector.extract {v}[{q}] : f32 from vector<{w}xf32>", "x")
+            at = e.add(tile.offset, e.mul(tile.offset_of(e, coords + [e.add(col, q)]), tile.itemsize))  # bytes
+            addr = e.op(f"llvm.add {first}, {e.op(f'arith.index_cast {e.idx(at)} : index to i64', 'o')} : i64", "a")
+            if tile.elt == "f32":
+                e.line(f'llvm.inline_asm has_side_effects "st.shared::cluster.f32 [$0], $1;", "l,f" {addr}, {x} : (i64, f32) -> ()')
+            else:
+                h = e.op(f"arith.bitcast {e.op(f'arith.truncf {x} : f32 to {tile.elt}', 'h')} : {tile.elt} to i16", "h")
+                e.line(f'llvm.inline_asm has_side_effects "st.shared::cluster.b16 [$0], $1;", "l,h" {addr}, {h} : (i64, i16) -> ()')
+
+    def _store_rows(self, k: int, row, col, v) -> None:
+        """Four combined f32 of output `k`'s row `row` from column `col` on, to device memory."""
+        e = self.e
+        g = self.outs[k]
+        shape = self.tb.outputs[k].stensor.shape
+        goff = e.add(self.out_base[k][0], e.dot(e.delinearize(row, shape[:-1]) + [col], g.strides))
+        if g.elt != "f32":
+            v = e.op(f"arith.truncf {v} : vector<4xf32> to vector<4x{g.elt}>", "vv")
+        if g.chunks_along(len(shape) - 1, 4):
+            e.line(f"vector.store {v}, {g.name}[{e.idx(goff)}] {{alignment = {4 * g.itemsize}}} : "
+                   f"{g.mtype}, vector<4x{g.elt}>")
+        else:
+            for q in range(4):
+                x = e.op(f"vector.extract {v}[{q}] : {g.elt} from vector<4x{g.elt}>", "x")
+                e.line(f"memref.store {x}, {g.name}[{e.idx(e.add(goff, q * g.strides[-1]))}] : {g.mtype}")
 
     def combine_acc(self, op: Op) -> None:
         e = self.e

@@ -39,8 +39,9 @@ OPTIONS = (
            "dependents of the kernel before them (sm_90)"),
     Option("wgmma", parse_bool, True, "tile matmuls of 16 rows a warp in blocks of whole warpgroups run as "
            "warpgroup wgmma (sm_90a) where the B tile is swizzled"),
-    Option("clusters", parse_bool, True, "split for-loops of plain-sum outputs combine in a thread-block "
-           "cluster of their split blocks, each block its share of the rows (sm_90)"),
+    Option("clusters", parse_bool, True, "split for-loops of plain-sum accumulators combine in a thread-block "
+           "cluster of their split blocks, each block its share of the rows; the ops after the loop run on "
+           "the first block (sm_90)"),
 )
 
 
