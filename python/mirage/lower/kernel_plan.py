@@ -390,10 +390,20 @@ def default_split(blocks: int, R: int, sms: int, intensity: float = 0.0, cluster
     combine is shared by the cluster. H100, the warp-resident tilings of G4-G12 with each
     split (benchmarks/results/mbci.md, 2026-11-25 09:40): the fastest split of every tiling
     of a grid under 64 blocks launched 64 (G4 64x128x128: 16 blocks, R 4: split 4 11.6 us,
-    unsplit 22.3; 64x64x256: 8 blocks, R 8: split 8 14.3, 4 16.2), of 64 blocks or more none."""
+    unsplit 22.3; 64x64x256: 8 blocks, R 8: split 8 14.3, 4 16.2), of 64 blocks or more none.
+    A grid over a quarter of the SMs, which that leaves unsplit, may still split up to all of
+    them where each block keeps MIN_SPLIT_ITERS iterations: since the partials combine in
+    distributed shared memory (e83ce02), splits 2 of 64 blocks of 8 or 16 iterations ran
+    faster (H100, 2026-11-25 14:47, benchmarks/results/mbci.md: G11 64x128x128 15.7 -> 12.7
+    us, 64x64x128 17.2 -> 13.4, G9 64x64x64 10.4 -> 9.3, S1 64 rows 13.7 -> 13.3), those of 2
+    iterations left slower (S4-S6: 10.9-12.4 -> 11.6-13.5). Smaller grids split that far
+    made the search pick 16- and 32-wide loop tiles that ran slower (G8-G10, 14:58)."""
     if intensity >= COMPUTE_BOUND_INTENSITY and cluster:
         fits = [s for s in range(1, min(R, CLUSTER_MAX) + 1)
                 if R % s == 0 and cluster % s == 0 and blocks * s <= sms // 2]
+        if fits == [1] and 4 * blocks > sms:
+            fits += [s for s in range(2, min(R, CLUSTER_MAX) + 1)
+                     if R % s == 0 and cluster % s == 0 and blocks * s <= sms and R // s >= MIN_SPLIT_ITERS]
         return max(fits, default=1)
     if blocks >= 0.75 * sms or (intensity >= COMPUTE_BOUND_INTENSITY and 4 * blocks >= sms):
         return 1
