@@ -394,10 +394,10 @@ def default_split(blocks: int, R: int, sms: int, intensity: float = 0.0, cluster
     A grid over a quarter of the SMs, which that leaves unsplit, may still split up to all of
     them where each block keeps MIN_SPLIT_ITERS iterations: since the partials combine in
     distributed shared memory (e83ce02), splits 2 of 64 blocks of 8 or 16 iterations ran
-    faster (H100, 2026-11-25 14:47, benchmarks/results/mbci.md: G11 64x128x128 15.7 -> 12.7
+    faster (H100, 2026-11-25 14:38, benchmarks/results/mbci.md: G11 64x128x128 15.7 -> 12.7
     us, 64x64x128 17.2 -> 13.4, G9 64x64x64 10.4 -> 9.3, S1 64 rows 13.7 -> 13.3), those of 2
     iterations left slower (S4-S6: 10.9-12.4 -> 11.6-13.5). Smaller grids split that far
-    made the search pick 16- and 32-wide loop tiles that ran slower (G8-G10, 14:58)."""
+    made the search pick 16- and 32-wide loop tiles that ran slower (G8-G10, 14:51)."""
     if intensity >= COMPUTE_BOUND_INTENSITY and cluster:
         fits = [s for s in range(1, min(R, CLUSTER_MAX) + 1)
                 if R % s == 0 and cluster % s == 0 and blocks * s <= sms // 2]
