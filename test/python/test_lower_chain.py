@@ -197,6 +197,29 @@ def test_attention_split_combines_in_a_cluster_whose_first_block_divides():
     assert "cluster" not in f["notes"] and f["notes"]["split"] == 4
 
 
+def test_the_accumulating_matmul_runs_on_into_the_next_iteration():
+    # G12's pick (a ring of 3 stages, one warpgroup): E += C @ D is left in flight at the end
+    # of an iteration; the next iteration's first matmul (C = A @ B, its wait inside) waits
+    # for it, and the ring refills the slot of two iterations back (one copy in flight, so
+    # the top of the loop waits for all of them). A ring of 2 keeps the wait at the body's end
+    g = tiled(chain(8, 1024, 1024, 128, 128), 64, 128, 128)
+    (k,) = plan_graph(g, Options()).kernels
+    assert (k.plan.S, k.plan.nthreads) == (3, 128)
+
+    def loop_and_after(opts):
+        text = str(convert_to_gpu(g, opts).module)
+        start = text.index("iter_args")
+        end = text.index("scf.yield", start)
+        return text[start:end], text[end:]
+
+    body, after = loop_and_after(Options())
+    assert body.count("wgmma.mma_async") == 16 and body.count("wgmma.wait_group.sync.aligned 0") == 1
+    assert body.count("nvvm.cp.async.wait.group") == 1 and "nvvm.cp.async.wait.group 0" in body
+    assert after.index('"wgmma.wait_group.sync.aligned 0;", ""') < after.index("gpu.barrier")  # before E is read
+    body2, _ = loop_and_after(Options(stages=2))
+    assert body2.count("wgmma.wait_group.sync.aligned 0") == 2
+
+
 def test_seeds_add_the_widest_e_tile():
     # G4: the resident seeds recompute C for 16 or 8 E tiles; the widest E tile (128) in 16
     # blocks is split 4 ways in clusters

@@ -427,7 +427,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         for k in outs:
             self.save_output(k, 0)
 
-    def loop_setup(self, accs, inv, split: int, wait_invariant: bool):
+    def loop_setup(self, accs, inv, split: int, wait_invariant: bool, ahead: int | None = None):
         """Before the for-loop: initialise the shared-memory accumulators, load the
         loop-invariant inputs (with `wait_invariant`, wait for them behind a barrier;
         the scheduled path lets its hazard analysis place that barrier), and issue the
@@ -449,7 +449,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         R = self.p.R // split  # iterations run by this block
         it0 = e.mul(self.sp, R)
         if self.p.S > 1:
-            for s in range(self.p.S - 1):
+            for s in range(self.p.S - 1 if ahead is None else ahead):
                 if s < R:
                     for k in self.p.varying_async:
                         self.load_input(k, e.add(it0, s), s)
@@ -475,11 +475,15 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         loop = [j for j in order if self.p.region[j] == "loop"]
         post = [j for j in order if self.p.region[j] == "post"]
         self._reset()
-        R, it0, reg_ops, reg_inits = self.loop_setup(accs, inv, split, wait_invariant=False)
         S = self.p.S
+        sync_varying = [k for k, rec in enumerate(tb.inputs)
+                        if rec.forloop_dim != -1 and (S == 1 or k not in self.p.varying_async)]
+        overlap = not sync_varying and self._overlap_ok(loop)
+        ahead = S - 2 if overlap else S - 1  # iterations whose copies are in flight
+        R, it0, reg_ops, reg_inits = self.loop_setup(accs, inv, split, wait_invariant=False, ahead=ahead)
         if pre:  # hoisted ops: the invariant copies (the oldest group) land, then they run once
             if any(self.p.async_in[k] for k in inv):
-                self.cp_wait(S - 1 if S > 1 else 0)
+                self.cp_wait(ahead if S > 1 else 0)
             e.barrier()
             self._reset()
             for j in pre:
@@ -489,12 +493,12 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         self.frag_args = args
         self.new_frags = list(args) if reg_inits else []
         itg = e.add(it0, it)
-        sync_varying = [k for k, rec in enumerate(tb.inputs)
-                        if rec.forloop_dim != -1 and (S == 1 or k not in self.p.varying_async)]
         if S > 1:
-            self.cp_wait(S - 2)
+            # copies of iteration it + ahead into the slot of iteration it - S + ahead: with
+            # `overlap` two back, whose matmuls the wait of the last iteration's first covered
+            self.cp_wait(ahead - 1)
             e.barrier()
-            nxt = e.add(it, S - 1)
+            nxt = e.add(it, ahead)
             with e.if_(e.cmp("ult", nxt, R)):
                 for k in self.p.varying_async:
                     self.load_input(k, e.add(it0, nxt), e.rem(nxt, S))
@@ -519,7 +523,8 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         self.wgmma_pending = None  # defer: the loop's matmuls overlap each other
         for j in loop:
             self.run_op(j)
-        self.wgmma_wait()
+        if not overlap:
+            self.wgmma_wait()
         for k, rec in enumerate(tb.outputs):
             if rec.forloop_dim != -1:
                 if id(rec.stensor) in self.dirty:
@@ -527,6 +532,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
                 self.save_output(k, itg)
                 self.readset.add(id(rec.stensor))
         close(self.new_frags or [args[0]])
+        self.wgmma_wait()  # (with `overlap`: those of the last iteration)
         # after the loop: the state of the last iteration's end carries on
         for op in accs:
             out = op.outputs[0]
@@ -557,6 +563,26 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
             return self._finish()
         self.post_region(post)
         return self._finish()
+
+    def _overlap_ok(self, loop: list[int]) -> bool:
+        """Whether the loop's accumulating warpgroup matmuls stay in flight into the next
+        iteration, until the wait of its first op, a warpgroup matmul: the tensor cores
+        run them beside the next iteration's barrier and issue, and the ring refills the
+        slot of two iterations back, one stage fewer in flight. One warpgroup (its wait
+        covers every reader of the ring), a ring of three or more stages, and only
+        warpgroup matmuls read the ring's tiles."""
+        p, ops = self.p, self.tb.ops
+        if p.S < 3 or p.nthreads != 128 or not loop:
+            return False
+        first = ops[loop[0]]
+        deferred = {id(m) for m in p.reg_acc.values()}
+        if first.kind != "matmul" or id(first) not in p.wgmma or id(first) in deferred:
+            return False
+        if not any(m in p.wgmma for m in deferred):
+            return False
+        ring = {id(self.tb.inputs[k].stensor) for k in p.varying_async}
+        return all(op.kind == "matmul" and id(op) in p.wgmma for op in ops
+                   if any(id(t) in ring for t in op.inputs))
 
     def wgmma_wait(self) -> None:
         """Wait for the warpgroup matmuls issued since the last wait (before their
