@@ -10,7 +10,8 @@ block graph of row-wise ops without a for-loop keeps its rows in registers inste
 - input iterators are 16-byte `cp.async` copies (`nvgpu.device_async_copy`), consecutive
   threads taking consecutive 16-byte chunks (coalesced); loop-varying inputs are
   prefetched `stages - 1` iterations ahead into a ring of `stages` buffers (double
-  buffering or deeper), loop-invariant inputs are loaded once before the loop; tiles
+  buffering or deeper; `stages - 2` where a warpgroup matmul stays in flight into the
+  next iteration: `_overlap_ok`), loop-invariant inputs are loaded once before the loop; tiles
   that cannot be copied in 16-byte pieces fall back to element copies;
 - `tb.matmul` on f16 tiles (K % 16 == 0, N % 8 == 0) runs on the tensor cores (bf16:
   generic path, see docs/lowering.md):
@@ -431,7 +432,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         """Before the for-loop: initialise the shared-memory accumulators, load the
         loop-invariant inputs (with `wait_invariant`, wait for them behind a barrier;
         the scheduled path lets its hazard analysis place that barrier), and issue the
-        cp.async ring's prologue (iterations 0 .. S-2). Returns the iterations this block
+        cp.async ring's prologue (iterations 0 .. `ahead` - 1, default S - 1). Returns the iterations this block
         runs, its first iteration, the register accumulators and their loop-carried zero
         initial values (`self.reg_pos` maps each to its first fragment)."""
         e = self.e
