@@ -20,9 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import mbci  # noqa: E402
 from mirage.lower import Options  # noqa: E402
-from mirage.lower import compile as mirage_compile  # noqa: E402
 from mirage.mlir.importer import load_mlir, parse_mlir  # noqa: E402
-from mirage.search.cost import cost  # noqa: E402
 
 TEMPLATE = """module {{
   func.func @att(%q: tensor<{b}x{M}x{K}xf16>, %k: tensor<{b}x{K}x{N}xf16>, %v: tensor<{b}x{N}x{H}xf16>) -> tensor<{b}x{M}x{H}xf16> {{
@@ -72,19 +70,13 @@ def main() -> int:
     os.makedirs(a.out, exist_ok=True)
     meta, failed = {}, 0
 
-    def put(name, row, g, opts=Options()):
+    def put(name, row, g, opts=None):
         nonlocal failed
-        try:
-            low = mirage_compile(g, "sm_90", os.path.join(a.out, name), opts).lowered
-        except Exception as e:  # the builder's or lowering's checks: the others are still built
+        entry = mbci.sweep_bundle(a.out, name, row, "chain", g, opts)
+        if entry is None:
             failed += 1
-            print(f"FAIL  {name}: {type(e).__name__}: {e}", flush=True)
-            return
-        meta[name] = {"row": row, "kind": "chain", "tiling": None,
-                      "model_us": [round(k.time * 1e6, 3) for k in cost(g).kernels],
-                      "grid": [k["grid"] for k in low.kernels], "split": [k["notes"].get("split") for k in low.kernels],
-                      "cluster": [k["notes"].get("cluster") for k in low.kernels]}
-        print(name, meta[name]["grid"], meta[name]["split"], meta[name]["cluster"], flush=True)
+        else:
+            meta[name] = entry
 
     for row in a.rows.split(","):
         if row not in mbci.ATTN:

@@ -241,6 +241,28 @@ def sweep_graphs(name: str) -> list:
 SWEEP_BEST = 4  # chain tilings of each row taken by their model cost
 
 
+def sweep_bundle(out: str, name: str, row: str, kind: str, g, opts=None, tiling=None) -> dict | None:
+    """Lower `g` (with `lower.Options` `opts`) into the bundle out/name of a sweep directory
+    (`--run-sweep` times it) and return its meta.json entry: row, kind, tiling, the model's
+    cost of each kernel, grid, block, split and cluster of each launched kernel. None, with
+    the reason printed, where the builder or the lowering rejects it (the others are still
+    built)."""
+    from mirage.lower import Options, compile as mirage_compile
+    from mirage.search.cost import cost
+
+    try:
+        low = mirage_compile(g, "sm_90", os.path.join(out, name), opts or Options()).lowered
+    except Exception as e:
+        print(f"FAIL  {name}: {type(e).__name__}: {e}", flush=True)
+        return None
+    entry = {"row": row, "kind": kind, "tiling": tiling, "model_us": [round(k.time * 1e6, 3) for k in cost(g).kernels],
+             "grid": [k["grid"] for k in low.kernels], "block": [k["block"] for k in low.kernels],
+             "split": [k["notes"].get("split") for k in low.kernels],
+             "cluster": [k["notes"].get("cluster") for k in low.kernels]}
+    print(name, entry["grid"], entry["split"], entry["cluster"], flush=True)
+    return entry
+
+
 def sweep_graph(row: str, name: str):
     """The μGraph of a `sweep_graphs` bundle from its name: ref, mm1, mm2 or a tiling
     `<form><tm>x<tl>x<th>` (n64x128x16) built as the search builds it."""

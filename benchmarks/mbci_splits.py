@@ -18,10 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import mbci  # noqa: E402
 from mirage.lower import Options  # noqa: E402
-from mirage.lower import compile as mirage_compile  # noqa: E402
 from mirage.search.build import build as build_plan  # noqa: E402
 from mirage.search.config import SearchConfig  # noqa: E402
-from mirage.search.cost import cost  # noqa: E402
 from mirage.search.mbci import Tiling, find_chain, plan_of  # noqa: E402
 
 
@@ -37,17 +35,9 @@ def main() -> int:
     meta = {}
 
     def put(name, row, kind, g, opts, tiling=None):
-        try:
-            low = mirage_compile(g, "sm_90", os.path.join(a.out, name), opts).lowered
-        except Exception as e:  # the builder's or lowering's checks: the others are still built
-            print(f"FAIL  {name}: {type(e).__name__}: {e}", flush=True)
-            return
-        meta[name] = {"row": row, "kind": kind, "tiling": tiling,
-                      "model_us": [round(k.time * 1e6, 3) for k in cost(g).kernels],
-                      "grid": [k["grid"] for k in low.kernels], "block": [k["block"] for k in low.kernels],
-                      "split": [k["notes"].get("split") for k in low.kernels],
-                      "cluster": [k["notes"].get("cluster") for k in low.kernels]}
-        print(name, meta[name]["grid"], meta[name]["split"], meta[name]["cluster"], flush=True)
+        entry = mbci.sweep_bundle(a.out, name, row, kind, g, opts, tiling)
+        if entry is not None:
+            meta[name] = entry
 
     for row in a.rows.split(","):
         ref = mbci.program(row)
