@@ -99,8 +99,7 @@ def _run_item(item, piece=None):
             except Exception:
                 gen.stats.rejected += 1
                 continue
-            c = cost(g, gen.device)
-            found[key] = (plan, c.time, (c, B.graph_key(g), diversity(g, c)))
+            found[key] = _found_entry(plan, g, gen.device)
 
     gen.on_candidate = on_candidate
     if cut is None:
@@ -109,6 +108,13 @@ def _run_item(item, piece=None):
         _walk(gen, item, cut.follow, count_prefix=cut.lo == 0)
     gen.stats.expr_checks = gen.T.checks
     return (found, gen.stats) if cut is None else cut.result(found)
+
+
+def _found_entry(plan, g: KNGraph, device: Target) -> tuple:
+    """A found candidate (plan, cost time, (Cost, canonical graph key, `diversity`)) of built
+    graph `g`: what the driver ranks without building the graph again (`_Checks.rank`)."""
+    c = cost(g, device)
+    return plan, c.time, (c, B.graph_key(g), diversity(g, c))
 
 
 def _run_units(tasks: list):
@@ -789,8 +795,7 @@ def _seeds(ref, cfg, device, pro=None, pruned=None) -> dict:
                 g = B.build(ref, plan)
             except Exception:  # the builder's checks reject it: not a candidate
                 continue
-            c = cost(g, device)  # as a worker sends a candidate (`_run_item`): no graph built to rank it
-            out[B.plan_key(plan)] = (plan, c.time, (c, B.graph_key(g), diversity(g, c)))
+            out[B.plan_key(plan)] = _found_entry(plan, g, device)
     return out
 
 
@@ -1050,10 +1055,10 @@ class _Checks:
         self.base = reference_candidate(ref, device)
         self.outcomes: dict = {}  # plan key -> (stage, ok, note)
         self.running: dict = {}  # pool handle -> plan key
-        self._built: dict = {}  # plan key -> (Candidate, canonical graph key): built once
-        # plan key -> its `_order`: each ranking sorts all found again (QKNorm at
-        # max_block_ops=11, 4414 found: 18 -> 10 ms of CPU a ranking on the 2-core VM)
-        self._order: dict = {}
+        # plan key -> (Candidate, canonical graph key, its `_order`), made once: each ranking
+        # sorts all found again (QKNorm at max_block_ops=11, 4414 found: the order keys
+        # cached, 18 -> 10 ms of CPU a ranking on the 2-core VM)
+        self._built: dict = {}
 
     def rank(self, found: dict) -> tuple[list, list]:
         """(ranked, slow): `found`'s distinct graphs (by canonical key) by cost, each main-kernel
@@ -1063,15 +1068,13 @@ class _Checks:
         for key, got in sorted(found.items(), key=lambda kv: (kv[1][1], kv[0])):
             if key not in self._built:  # its cost, graph key and diversity; the graph built when asked for
                 c, gk, div = got[2]
-                self._built[key] = (_Found(self.ref, got[0], c, key, div), gk)
-            c, gk = self._built[key]
+                f = _Found(self.ref, got[0], c, key, div)
+                self._built[key] = (f, gk, _order(f))
+            c, gk, o = self._built[key]
             if gk not in seen:
                 seen.add(gk)
-                ranked.append(c)
-        for c in ranked:
-            if c.key not in self._order:
-                self._order[c.key] = _order(c)
-        ranked = diverse(sorted(ranked, key=lambda c: self._order[c.key]))
+                ranked.append((o, c))
+        ranked = diverse([c for _, c in sorted(ranked, key=lambda oc: oc[0])])
         limit = BOUND_WINDOW * self.base.cost.time
         return [c for c in ranked if c.cost.time <= limit], [c for c in ranked if c.cost.time > limit]
 
