@@ -82,15 +82,29 @@ def test_resident_chain_runs_warpgroup_matmuls(tl, th):
     assert p.notes["wgmma"] == 2 and p.notes["frag_fused"] == 1
     b = p.tiles[id(g.ops[0].body.inputs[1].stensor)]  # B's ring tile [128, tl]
     assert b.swizzle == 128 and b.atom == (64 if tl == 128 else 0)
-    mod = convert_to_gpu(g, Options(split=1)).module
-    loop = mod.split("iter_args", 1)[1].split("scf.yield", 1)[0]
+    low = convert_to_gpu(g, Options(split=1))
+    before, loop = low.module.split("iter_args", 1)
+    loop = loop.split("scf.yield", 1)[0]
     first, second = loop.split("wgmma.commit_group", 1)
     assert first.count("wgmma.mma_async.sync.aligned.m64n%dk16" % tl) == 128 // 16
     assert second.count("wgmma.mma_async.sync.aligned.m64n%dk16" % th) == tl // 16
-    assert "nvgpu.ldmatrix" in first and "nvgpu.ldmatrix" not in second.split("llvm.inline_asm", 1)[0]
-    # C is read right after its matmul; E's group stays in flight to the body's end
-    assert "wgmma.wait_group" in second.split("wgmma.mma_async", 1)[0]
-    assert "wgmma.wait_group" not in second.split("wgmma.commit_group", 1)[1].split('"', 1)[0]
+    assert "nvgpu.ldmatrix" not in second.split("llvm.inline_asm", 1)[0]
+    if not low.kernels[0]["notes"].get("rotated"):
+        assert tl == 128  # two 64 x 128 fragment sets and A's: over ROTATE_FRAG_REGS
+        assert "nvgpu.ldmatrix" in first
+        # C is read right after its matmul; E's group stays in flight to the body's end
+        assert "wgmma.wait_group" in second.split("wgmma.mma_async", 1)[0]
+        assert "wgmma.wait_group" not in second.split("wgmma.commit_group", 1)[1].split('"', 1)[0]
+        return
+    # rotated (`BlockLowering._rotated_loop`): the next iteration's C = A @ B, then this
+    # one's E += C @ D, both in flight; the wait for all but the last group (C), C's
+    # rounding while E runs, then the wait for E. A's fragments are loaded before the loop.
+    assert "nvgpu.ldmatrix" in before and "nvgpu.ldmatrix" not in loop
+    asm = [x.split('"', 1)[0] for x in loop.split("llvm.inline_asm has_side_effects \"")[1:] if "wgmma" in x]
+    # E's first k-step accumulates except in the loop's first iteration (an i32 operand)
+    kinds = ["E" if "setp.ne.b32 z, $" in x else "C" if "wgmma.mma_async" in x else x for x in asm]
+    assert kinds == ["C", "E", "wgmma.wait_group.sync.aligned 1;", "wgmma.wait_group.sync.aligned 0;"], kinds
+    assert "z, 1, 1, 1;" in asm[0]  # a fresh C: the first k-step ignores the accumulators
 
 
 def test_chain_not_fused_where_warps_share_rows():
@@ -161,7 +175,8 @@ def test_split_chain_combines_in_a_cluster():
     # K = 256: C = A @ B reads A [64, 256] through a descriptor (K-major, four 128-byte
     # swizzled column blocks of 64 x 128 bytes: 32 bytes a k-step, then the next block)
     first = ptx.split("wgmma.commit_group", 1)[0]
-    assert "ldmatrix" not in ptx and first.count("p, 1, 1, 0, 1;") == 256 // 16
+    # (the first k-step's scale-d predicate false: the accumulators need no zeros)
+    assert "ldmatrix" not in ptx and first.count(", 1, 1, 0, 1;") == 256 // 16 and first.count("z, 1, 1, 0, 1;") == 1
     steps = [int(x.split(";", 1)[0]) for x in first.split("add.s64 da, da, ")[1:]]
     assert steps == ([2, 2, 2, 64 * 128 // 16 - 6] * 4)[:-1]  # 16-byte units
     # without clusters (or a group over CLUSTER_MAX blocks): the last block combines

@@ -38,6 +38,12 @@ from .emitters import AccumulatorEmitter, ElementwiseEmitter, MatmulEmitter, Red
 from .kernel_plan import GlobalArg, KernelPlan, LoweringError, _row_major, accum_after, running_maxima
 
 
+# registers a thread may hold in the rotated loop's fragments (the first matmul's, their
+# rounded copy, its A operand's, the register accumulators), leaving room below the
+# 255-register limit for addresses and the element-wise chain
+ROTATE_FRAG_REGS = 160
+
+
 @dataclass
 class KernelInfo:
     name: str
@@ -80,6 +86,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         # and matmuls of one A view share its ldmatrix fragments
         self.wgmma_pending = False
         self.a_frags: dict[str, list[str]] = {}
+        self.acc_first: int | str = 1  # 0 (or an i32 SSA value 0) where a carried accumulator starts
 
     def emit_op(self, op: Op) -> bool:
         """Emit a pre- or post-loop compute op; returns whether it wrote shared memory."""
@@ -468,7 +475,10 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         """The kernel with the optimizer's schedule: ops in depth order, a barrier only
         where `hazard` finds one needed, and one barrier per iteration of the cp.async
         ring (wait for this iteration's tiles, barrier, then issue the copies of
-        iteration i + S - 1 into the slot iteration i - 1 read: the barrier covers both)."""
+        iteration i + S - 1 into the slot iteration i - 1 read: the barrier covers both).
+        A rotated loop (`_rotate_ok`) issues the first matmul one iteration ahead: its
+        result for iteration i + 1 runs on the tensor cores while the ops after it work
+        on iteration i's, and the last iteration's ops run after the loop."""
         e = self.e
         tb = self.tb
         order = self.p.exec_order()
@@ -479,60 +489,41 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         S = self.p.S
         sync_varying = [k for k, rec in enumerate(tb.inputs)
                         if rec.forloop_dim != -1 and (S == 1 or k not in self.p.varying_async)]
-        overlap = not sync_varying and self._overlap_ok(loop)
+        rotate = not sync_varying and self._rotate_ok(loop)
+        overlap = not rotate and not sync_varying and self._overlap_ok(loop)
         ahead = S - 2 if overlap else S - 1  # iterations whose copies are in flight
         R, it0, reg_ops, reg_inits = self.loop_setup(accs, inv, split, wait_invariant=False, ahead=ahead)
-        if pre:  # hoisted ops: the invariant copies (the oldest group) land, then they run once
-            if any(self.p.async_in[k] for k in inv):
+        if pre or rotate:  # hoisted ops: the invariant copies (the oldest group) land, then they run once
+            if rotate:  # and iteration 0's, which the first matmul reads before the loop
+                self.cp_wait(ahead - 1)
+            elif any(self.p.async_in[k] for k in inv):
                 self.cp_wait(ahead if S > 1 else 0)
             e.barrier()
             self._reset()
             for j in pre:
                 self.run_op(j)
             # the loop starts with a barrier (ring wait, or R > 1 / S == 1): the results are visible
-        it, args, res, close = e.for_iter(0, R, 1, reg_inits or [(e.f32(0.0), "f32")])
-        self.frag_args = args
-        self.new_frags = list(args) if reg_inits else []
-        itg = e.add(it0, it)
-        if S > 1:
-            # copies of iteration it + ahead into the slot of iteration it - S + ahead: with
-            # `overlap` two back, whose matmuls the wait of the last iteration's first covered
-            self.cp_wait(ahead - 1)
-            e.barrier()
-            nxt = e.add(it, ahead)
-            with e.if_(e.cmp("ult", nxt, R)):
-                for k in self.p.varying_async:
-                    self.load_input(k, e.add(it0, nxt), e.rem(nxt, S))
-            e.line("nvvm.cp.async.commit.group")
-            slot = e.rem(it, S)
-            for k in self.p.varying_async:
-                t = tb.inputs[k].stensor
-                tile = self.p.tiles[id(t)]
-                boff = e.add(tile.offset, e.mul(slot, tile.stage_bytes))
-                self.views[id(t)] = self._make_view(tile, boff)
-                self.views2d[id(t)] = self._make_view(tile, boff, True)
-        elif R > 1:
-            e.barrier()  # the previous iteration is done with the tiles these copies overwrite
-        for k in sync_varying:
-            self.load_input(k, itg, None)
-        if S == 1 and any(self.p.async_in[k] for k in sync_varying + inv):
-            e.line("nvvm.cp.async.commit.group")
-            self.cp_wait(0)
-        if S == 1 or sync_varying:
-            e.barrier()
-        self._reset()
-        self.wgmma_pending = None  # defer: the loop's matmuls overlap each other
-        for j in loop:
-            self.run_op(j)
-        if not overlap:
-            self.wgmma_wait()
-        for k, rec in enumerate(tb.outputs):
-            if rec.forloop_dim != -1:
-                if id(rec.stensor) in self.dirty:
-                    self.sync()
-                self.save_output(k, itg)
-                self.readset.add(id(rec.stensor))
-        close(self.new_frags or [args[0]])
+        if rotate:
+            self.notes["rotated"] = True
+            res = self._rotated_loop(loop, R, it0, reg_inits, ahead)
+        else:
+            it, args, res, close = e.for_iter(0, R, 1, reg_inits or [(e.f32(0.0), "f32")])
+            self.frag_args = args
+            self.new_frags = list(args) if reg_inits else []
+            itg = e.add(it0, it)
+            self._ring_top(it, R, it0, ahead, sync_varying, inv, None)
+            self.wgmma_pending = None  # defer: the loop's matmuls overlap each other
+            for j in loop:
+                self.run_op(j)
+            if not overlap:
+                self.wgmma_wait()
+            for k, rec in enumerate(tb.outputs):
+                if rec.forloop_dim != -1:
+                    if id(rec.stensor) in self.dirty:
+                        self.sync()
+                    self.save_output(k, itg)
+                    self.readset.add(id(rec.stensor))
+            close(self.new_frags or [args[0]])
         self.wgmma_wait()  # (with `overlap`: those of the last iteration)
         # after the loop: the state of the last iteration's end carries on
         for op in accs:
@@ -564,6 +555,156 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
             return self._finish()
         self.post_region(post)
         return self._finish()
+
+    def _ring_top(self, it: Idx, R: int, it0: Idx, ahead: int, sync_varying, inv, first: Op | None) -> None:
+        """The start of iteration `it`: with a ring, wait for its tiles (rotated: those of
+        iteration it + 1, which the first matmul `first` reads), barrier, issue the
+        copies of iteration it + ahead into the slot of iteration it - S + ahead (with
+        `overlap` two back, whose matmuls the wait of the last iteration's first covered),
+        point the views at the slots; without one, load the loop-varying inputs."""
+        e, S = self.e, self.p.S
+        if S > 1:
+            self.cp_wait(ahead - 2 if first is not None else ahead - 1)
+            e.barrier()
+            nxt = e.add(it, ahead)
+            with e.if_(e.cmp("ult", nxt, R)):
+                for k in self.p.varying_async:
+                    self.load_input(k, e.add(it0, nxt), e.rem(nxt, S))
+            e.line("nvvm.cp.async.commit.group")
+            self._ring_views(e.rem(it, S), e.rem(e.add(it, 1), S) if first is not None else None, first)
+        elif R > 1:
+            e.barrier()  # the previous iteration is done with the tiles these copies overwrite
+        for k in sync_varying:
+            self.load_input(k, e.add(it0, it), None)
+        if S == 1 and any(self.p.async_in[k] for k in sync_varying + inv):
+            e.line("nvvm.cp.async.commit.group")
+            self.cp_wait(0)
+        if S == 1 or sync_varying:
+            e.barrier()
+        self._reset()
+
+    def _rotated_loop(self, loop: list[int], R: int, it0: Idx, reg_inits, ahead: int) -> list[str]:
+        """The loop rotated (`_rotate_ok`), as FlashAttention-3 overlaps its two matmuls:
+        before the loop, the first matmul of iteration 0 and the ops on its fragments;
+        iteration i issues the first matmul of i + 1, then the register accumulators'
+        matmuls of i (on the rounded fragments the loop carries), waits for the first
+        (one group in flight), runs the ops on its fragments while the tensor cores run
+        the others, and waits for those. Nothing is in flight across the back edge; the
+        last iteration's accumulating matmuls run after the loop. Returns the register
+        accumulators' fragments."""
+        e = self.e
+        first = self.tb.ops[loop[0]]
+        nreg = len(reg_inits)
+        self._ring_views(0, 0, first)
+        carried = self._after_first(loop, self._issue_first(loop[0]), 0)
+        ctype = (self.p.frag_fuse[id(first)] or first).outputs[0].dtype.mlir
+        # the register accumulators start undefined: their first matmul ignores them (`acc_first`)
+        undef = e.op(f"vector.broadcast {e.op('llvm.mlir.undef : f32', 'u')} : f32 to vector<2x2xf32>", "u")
+        accs = [undef] * nreg
+        if R > 1:
+            it, args, res, close = e.for_iter(0, R - 1, 1, [(undef, t) for _, t in reg_inits]
+                                              + [(c, ctype) for c in carried])
+            self._ring_top(it, R, it0, ahead, [], [], first)
+            self.acc_first = e.op(f"arith.index_cast {e.minui(it, 1)} : index to i32", "f")
+            frags = self._issue_first(loop[0])
+            accs = self._issue_accs(loop, args[:nreg], args[nreg:])
+            nxt = self._after_first(loop, frags, 1)
+            self.wgmma_wait()
+            close(accs + nxt)
+            accs, carried = res[:nreg], res[nreg:]
+        # the last iteration: its tiles landed at the wait of the one before (or before the loop)
+        self._ring_views((R - 1) % self.p.S, None, first)
+        self.acc_first = int(R > 1)
+        accs = self._issue_accs(loop, accs, carried)
+        self.acc_first = 1
+        self.wgmma_wait()
+        return accs
+
+    def _ring_views(self, slot: Idx, first_slot: Idx | None, first: Op | None) -> None:
+        """Views of the ring's tiles in `slot`; those the rotated loop's first matmul
+        reads (`first`) in `first_slot` (None: leave them)."""
+        for k in self.p.varying_async:
+            t = self.tb.inputs[k].stensor
+            sl = slot
+            if first is not None and any(x is t for x in first.inputs):
+                if first_slot is None:
+                    continue
+                sl = first_slot
+            tile = self.p.tiles[id(t)]
+            boff = self.e.add(tile.offset, self.e.mul(sl, tile.stage_bytes))
+            self.views[id(t)] = self._make_view(tile, boff)
+            self.views2d[id(t)] = self._make_view(tile, boff, True)
+
+    def _issue_first(self, j: int) -> list[str]:
+        """Issue the rotated loop's first matmul (op j) without waiting: its raw fragments."""
+        op = self.tb.ops[j]
+        self.hazard(j, op.inputs, [])
+        self.readset.update(id(t) for t in op.inputs)
+        return self.mma(op, None, issue_only=True)
+
+    def _after_first(self, loop: list[int], frags: list[str], pending: int) -> list[str]:
+        """The rotated loop's first matmul's fragments `frags`, once at most `pending`
+        groups are in flight: rounded (and its fused unary op applied) as `run_op` would,
+        then the loop's ops on them other than the accumulating matmuls. Returns the
+        rounded values the accumulating matmuls read."""
+        self.e.line(f'llvm.inline_asm has_side_effects "wgmma.wait_group.sync.aligned {pending};", "" : () -> ()')
+        op = self.tb.ops[loop[0]]
+        u = self.p.frag_fuse[id(op)]
+        NT, vals = self.p.mma_geometry(op)[4], self.frag_unary(op, u, frags)
+        self.reg_vals[id((u or op).outputs[0])] = (NT, vals)
+        for j in loop[1:]:
+            if id(self.tb.ops[j]) not in self.p.reg_acc:
+                self.run_op(j)
+        return [r for quad in vals for r, _ in quad]
+
+    def _issue_accs(self, loop: list[int], accs: list[str], rounded: list[str]) -> list[str]:
+        """Issue the rotated loop's accumulating matmuls on the accumulators' fragments
+        `accs` and the first matmul's rounded values `rounded` (not waited for)."""
+        op = self.tb.ops[loop[0]]
+        NT = self.p.mma_geometry(op)[4]
+        self.reg_vals[id((self.p.frag_fuse[id(op)] or op).outputs[0])] = \
+            (NT, [[(r, None) for r in rounded[4 * f:4 * f + 4]] for f in range(len(rounded) // 4)])
+        self.frag_args, self.new_frags = accs, list(accs)
+        self.wgmma_pending = None
+        for j in loop[1:]:
+            if id(self.tb.ops[j]) in self.p.reg_acc:
+                self.run_op(j)
+        return self.new_frags
+
+    def _rotate_ok(self, loop: list[int]) -> bool:
+        """Whether the loop rotates (`_rotated_loop`): one warpgroup (its waits cover every
+        reader of the ring), a ring of three or more stages (the first matmul reads it one
+        iteration ahead); the first op a warpgroup matmul whose fragments stay in
+        registers (`frag_fuse`) and that reads the ring and nothing the loop writes; the
+        others only the register accumulators of warpgroup matmuls on its (rounded)
+        fragments, reading ring tiles it does not, and `sum` accumulators of its
+        fragments. Its fragments, their rounded copy, its A operand's fragments (unless
+        read through a descriptor) and the accumulators must fit in `ROTATE_FRAG_REGS`
+        registers."""
+        p, ops = self.p, self.tb.ops
+        if p.S < 3 or p.nthreads != 128 or not loop or any(rec.forloop_dim != -1 for rec in self.tb.outputs):
+            return False
+        first = ops[loop[0]]
+        if first.kind != "matmul" or id(first) not in p.wgmma or id(first) not in p.frag_fuse:
+            return False
+        chain = id((p.frag_fuse[id(first)] or first).outputs[0])
+        ring = {id(self.tb.inputs[k].stensor) for k in p.varying_async}
+        mine = {id(t) for t in first.inputs}
+        if not mine & ring:
+            return False
+        accs = 0
+        for j in loop[1:]:
+            op = ops[j]
+            mm = p.reg_acc.get(id(op))
+            if mm is not None:
+                if id(mm) not in p.wgmma or p.a_from_regs.get(id(mm)) != chain or any(id(t) in mine for t in mm.inputs):
+                    return False
+                accs += 4 * p.mma_geometry(mm)[-1]
+            elif not (id(op) in p.fused_unary or p.sum_regs.get(id(op)) == chain
+                      or any(p.reg_acc.get(id(a)) is op for a in ops)):
+                return False
+        a_regs = 0 if p.a_desc_ok(first) else first.inputs[0].shape[-1] // 4  # A's fragments, loaded once
+        return accs > 0 and 6 * p.mma_geometry(first)[4] + accs + a_regs <= ROTATE_FRAG_REGS
 
     def _overlap_ok(self, loop: list[int]) -> bool:
         """Whether the loop's accumulating warpgroup matmuls stay in flight into the next

@@ -53,11 +53,13 @@ class MatmulEmitter:
             res.append((t, e.div(tc, NT), e.rem(tc, NT)))
         return res
 
-    def mma(self, op: Op, acc: list[str] | None) -> list[str]:
+    def mma(self, op: Op, acc: list[str] | None, issue_only: bool = False) -> list[str]:
         """C (+)= A @ B on the tensor cores; returns this warp's fragments. An A operand
-        kept in registers (`a_from_regs`) is taken from its fragments instead of ldmatrix."""
+        kept in registers (`a_from_regs`) is taken from its fragments instead of ldmatrix.
+        `issue_only` (a warpgroup matmul): no wait, the caller waits, and A's fragments are
+        kept for the next issue (the rotated loop's first matmul, `BlockLowering._rotated_loop`)."""
         if id(op) in self.p.wgmma:
-            return self.wgmma(op, acc)
+            return self.wgmma(op, acc, issue_only)
         e = self.e
         self.notes["mma"] += 1
         a, b = op.inputs
@@ -125,7 +127,7 @@ class MatmulEmitter:
         close(step(e.mul(ks, 16), args))
         return res
 
-    def wgmma(self, op: Op, acc: list[str] | None) -> list[str]:
+    def wgmma(self, op: Op, acc: list[str] | None, issue_only: bool = False) -> list[str]:
         """C (+)= A @ B on the warpgroups (each 4 of the block's warps, 64 rows,
         `KernelPlan._wgmma_ok`), one wgmma.mma_async m64nNk16 per 16 rows of K (each
         warpgroup its own, on the same B tile): A's fragments loaded by ldmatrix as
@@ -144,12 +146,9 @@ class MatmulEmitter:
         M, K, N, MT, NT, T, tpw = self.p.mma_geometry(op)
         tb_ = self.p.tiles[id(b)]
         elt = tb_.elt
-        zero = e.const("0.000000e+00", "vector<2x2xf32>")
-        accs = acc or [zero] * NT
-
 
         # deferred only for accumulators carried across the loop (read after it)
-        defer = self.wgmma_pending is not False and any(m is op for m in self.p.reg_acc.values())
+        carried = self.wgmma_pending is not False and any(m is op for m in self.p.reg_acc.values())
         aregs: list[str] = []
         adesc = None
         if id(op) in self.p.a_from_regs:
@@ -160,14 +159,14 @@ class MatmulEmitter:
             adesc = self.a_descriptor(op)
         else:
             ta, va = self.p.tiles[id(a)], self.views2d[id(a)]
-            aregs = self.a_frags.get(va, []) if defer else []
+            aregs = self.a_frags.get(va, []) if carried or issue_only else []
             ar = e.add(e.mul(self.warp, 16), e.rem(self.lane, 16))
             acol0 = e.mul(e.div(self.lane, 16), 8)
             for ks in range(K // 16 if not aregs else 0):
                 lr, lc = ta.ldm_index(e, ar, e.add(ks * 16, acol0))
                 aregs += self.frag_regs(e.op(f"nvgpu.ldmatrix {va}[{e.idx(lr)}, {e.idx(lc)}] {{numTiles = 4 : i32, "
                                              f"transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa"), 4, elt)
-            if defer:
+            if carried or issue_only:
                 self.a_frags[va] = aregs
         # B's descriptor: start address / 16, the leading byte offset (between 64-column
         # blocks, `Tile.atom`; unused for B one swizzle atom wide) and the stride of 8-row
@@ -182,33 +181,47 @@ class MatmulEmitter:
         four, mask = e.op("arith.constant 4 : i64", "c"), e.op("arith.constant 16383 : i64", "c")
         lo = e.op(f"arith.andi {e.op(f'arith.shrui {addr}, {four} : i64', 'bs')}, {mask} : i64", "bl")
         desc = e.op(f"arith.ori {lo}, {hi} : i64", "bd")
+        # accumulating: the accumulators are tied inputs; else the first k-step's scale-d
+        # predicate (z, false) ignores them, so no register is set to zero before the
+        # issue. A carried accumulator's first iteration (`acc_first`: 0, or an i32 that
+        # is 0 there) ignores its undefined initial values the same way.
+        first = self.acc_first if carried else (0 if issue_only else 1)
         dv = [e.op(f"vector.extract {c}[{h}, {q}] : f32 from vector<2x2xf32>", "d")
-              for c in accs for h in (0, 1) for q in (0, 1)]
+              for c in acc for h in (0, 1) for q in (0, 1)] if acc else []
         a_ops, a_types = (aregs, ["i32"] * len(aregs)) if adesc is None else ([adesc], ["i64"])
-        nd, na = len(dv), len(a_ops)
+        nd, na = 4 * NT, len(a_ops)
+        a0 = nd + len(dv)  # operand number of A's first register (or its descriptor)
         dl = ", ".join(f"${i}" for i in range(nd))
         shape = f"m64n{N}k16.f32.{elt}.{elt}"
-        body = ["{ .reg .pred p; .reg .b32 one; .reg .b64 d, da; mov.b32 one, 1; setp.ne.b32 p, one, 0;",
-                f"mov.b64 d, ${2 * nd + na};", "fence.proxy.async.shared::cta; wgmma.fence.sync.aligned;"]
+        body = ["{ .reg .pred p, z; .reg .b32 one; .reg .b64 d, da; mov.b32 one, 1; setp.ne.b32 p, one, 0;",
+                "setp.eq.b32 z, one, 0;", f"mov.b64 d, ${a0 + na};",
+                "fence.proxy.async.shared::cta; wgmma.fence.sync.aligned;"]
         if adesc is not None:
-            body.insert(2, f"mov.b64 da, ${2 * nd};")
+            body.insert(3, f"mov.b64 da, ${a0};")
+        flag = []
+        if isinstance(first, str):
+            flag = [first]
+            body.insert(3, f"setp.ne.b32 z, ${a0 + na + 1}, 0;")
         for ks in range(K // 16):
+            scale = "p" if (dv and first == 1) or ks else "z"
             if adesc is None:
-                ra = ", ".join(f"${2 * nd + 4 * ks + i}" for i in range(4))
-                body.append(f"wgmma.mma_async.sync.aligned.{shape} {{{dl}}}, {{{ra}}}, d, p, 1, 1, 1;")
+                ra = ", ".join(f"${a0 + 4 * ks + i}" for i in range(4))
+                body.append(f"wgmma.mma_async.sync.aligned.{shape} {{{dl}}}, {{{ra}}}, d, {scale}, 1, 1, 1;")
             else:  # A K-major (transpose 0), B MN-major (1)
-                body.append(f"wgmma.mma_async.sync.aligned.{shape} {{{dl}}}, da, d, p, 1, 1, 0, 1;")
+                body.append(f"wgmma.mma_async.sync.aligned.{shape} {{{dl}}}, da, d, {scale}, 1, 1, 0, 1;")
                 if ks + 1 < K // 16:  # the next 16 columns: 32 bytes on, or the next column block
                     body.append(f"add.s64 da, da, {self.a_step(op, ks + 1) - self.a_step(op, ks)};")
             if ks + 1 < K // 16:
                 body.append(f"add.s64 d, d, {16 * pitch // 16};")
+        defer = carried or issue_only
         body.append("wgmma.commit_group.sync.aligned;" + ("" if defer else " wgmma.wait_group.sync.aligned 0;") + " }")
-        if defer:
+        if carried:
             self.wgmma_pending = True
-        cons = ",".join(["=f"] * nd + [str(i) for i in range(nd)] + ["r" if adesc is None else "l"] * len(a_ops) + ["l"])
+        cons = ",".join(["=f"] * nd + [str(i) for i in range(len(dv))] + ["r" if adesc is None else "l"] * na + ["l"]
+                        + ["r"] * len(flag))
         st = f"!llvm.struct<({', '.join(['f32'] * nd)})>"
-        r = e.op(f'llvm.inline_asm has_side_effects "{" ".join(body)}", "{cons}" {", ".join(dv + a_ops + [desc])} : '
-                 f'({", ".join(["f32"] * nd + a_types + ["i64"])}) -> {st}', "wg")
+        r = e.op(f'llvm.inline_asm has_side_effects "{" ".join(body)}", "{cons}" {", ".join(dv + a_ops + [desc] + flag)} : '
+                 f'({", ".join(["f32"] * len(dv) + a_types + ["i64"] + ["i32"] * len(flag))}) -> {st}', "wg")
         d = [e.op(f"llvm.extractvalue {r}[{i}] : {st}", "f") for i in range(nd)]
         return [e.op(f"vector.from_elements {', '.join(d[4 * j:4 * j + 4])} : vector<2x2xf32>", "acc")
                 for j in range(NT)]
