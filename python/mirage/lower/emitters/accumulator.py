@@ -94,13 +94,15 @@ class AccumulatorEmitter:
     def frags_to_ws(self, mm: Op, frags, op: Op) -> None:
         """A register accumulator's partial: to the workspace, or in a cluster to its
         shared-memory part (`KernelPlan.place_parts`), which overlays the loop's tiles: a
-        barrier first, so no warp still reads them."""
+        barrier first, so no warp still reads them (with ops after the loop, the parts lie
+        past the tiles: no barrier)."""
         e = self.e
         M, K, N, MT, NT, T, tpw = self.p.mma_geometry(mm)
         if self.p.cluster:
             part = self.p.parts[id(op)]
             name, mtype = self._make_view(part, part.offset), part.mtype
-            e.barrier()
+            if not self.p.cluster_post:
+                e.barrier()
         else:
             name, mtype = self.ws.name, self.ws.mtype
         gq = e.div(self.lane, 4)
