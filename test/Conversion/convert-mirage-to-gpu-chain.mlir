@@ -21,7 +21,7 @@
 // WG-LABEL: gpu.func @attn_chain_k0
 // WG: scf.for {{.*}} iter_args
 // WG: wgmma.mma_async.sync.aligned.m64n64k16
-// WG-COUNT-32: math.exp
+// WG-COUNT-32: ex2.approx.ftz.f32
 // WG: wgmma.mma_async.sync.aligned.m64n32k16
 // WG: scf.yield
 
@@ -80,13 +80,13 @@ module {
 // CHECK: scf.for {{.*}} iter_args
 // CHECK: nvgpu.mma.sync
 // CHECK-NOT: gpu.barrier
-// CHECK-COUNT-32: math.exp
+// CHECK-COUNT-32: ex2.approx.ftz.f32
 // CHECK-NOT: gpu.barrier
 // CHECK: gpu.shuffle xor
 // CHECK: vector.from_elements {{.*}} : vector<4x2xf16>
 // CHECK: nvgpu.mma.sync
 // CHECK: scf.yield
-// CHECK-NOT: math.exp
+// CHECK-NOT: ex2.approx.ftz.f32
 // CHECK: gpu.return
 // PTX-LABEL: .entry attn_chain_k0
 // PTX-COUNT-32: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32

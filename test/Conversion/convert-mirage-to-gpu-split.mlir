@@ -18,11 +18,11 @@
 // CLU: mapa.shared::cluster.u64
 // CLU: ld.shared::cluster.v4.f32
 // CLU: st.shared::cluster.b16
-// CLU-NOT: math.exp
+// CLU-NOT: ex2.approx.ftz.f32
 // CLU: nvvm.cluster.arrive
 // CLU-NEXT: nvvm.cluster.wait
 // CLU: scf.if
-// CLU: math.exp
+// CLU: ex2.approx.ftz.f32
 // CLU: gpu.return
 // CLU-NOT: gpu.func
 
@@ -43,7 +43,7 @@
 // CHECK: memref.atomic_rmw addf {{.*}}, %[[WS]]
 // CHECK: scf.if
 // CHECK: memref.load %[[WS]]
-// CHECK: math.exp
+// CHECK: ex2.approx.ftz.f32
 // CHECK: memref.store {{.*}}, %[[WS]]
 // CHECK: gpu.return
 // CHECK-NOT: gpu.func
@@ -60,7 +60,7 @@
 // TWO: gpu.func @mlp_k0_combine(%{{.*}}: memref<4096xf16>, %{{.*}}: memref<32768xf16>, %[[WS2:.*]]: memref<1024xf32>, %{{.*}}: memref<512xf16>) kernel
 // TWO-SAME: known_grid_size = array<i32: 2, 1, 1>
 // TWO: memref.load %[[WS2]]
-// TWO: math.exp
+// TWO: ex2.approx.ftz.f32
 // TWO-NOT: nvgpu.mma.sync
 // TWO: gpu.return
 module {

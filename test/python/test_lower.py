@@ -90,6 +90,21 @@ def test_bf16_matmul_runs_on_tensor_cores():
     assert "mma.sync" not in generic and "fma.rn.f32" in generic
 
 
+def test_exp_of_a_16_bit_result_is_the_hardware_approximation():
+    """exp rounded to f16 or bf16 is 2^(x log2 e) by ex2.approx (`Emitter.exp`: its
+    relative error, about 2^-22, is far below the result's 2^-11); an f32 result keeps
+    math.exp's accurate expansion. sigmoid (silu) takes the same exp."""
+    def graph(dtype):
+        g = mi.new_kernel_graph("e")
+        X = g.new_input((64, 256), dtype=dtype)
+        g.mark_output(g.silu(g.exp(X)))
+        return g
+
+    for dtype, fast in ((mi.float16, True), (mi.bfloat16, True), (mi.float32, False)):
+        text = convert_to_gpu(graph(dtype)).module
+        assert ("ex2.approx.ftz.f32" in text) == fast and ("math.exp" in text) == (not fast), dtype
+
+
 def test_pipelined_iterator_uses_cp_async_ring():
     g = BENCHMARKS["rmsnorm_linear"].fused(1)
     low, ptx = to_ptx(g, options=Options(stages=4, split=1))
@@ -525,7 +540,7 @@ def test_attention_frag_fusion():
     body = on.module.split("gpu.func @gqa_k1")[0]
     # 8 fragments x 4 values per thread, unrolled; the rotated loop runs them for its first
     # iteration before the loop and for the next ones in it
-    assert k_on["notes"]["rotated"] and body.count("math.exp") == 2 * 32
+    assert k_on["notes"]["rotated"] and body.count("ex2.approx.ftz.f32") == 2 * 32
     assert body.count("nvgpu.ldmatrix") < off.module.split("gpu.func @gqa_k1")[0].count("nvgpu.ldmatrix")
     assert to_ptx(gqa_fused(1))
 

@@ -181,7 +181,7 @@ def _gelu(x):
 
 def _gpu_sigmoid(e, x, num=None):
     """num / (1 + exp(-x)), num = 1 unless given (silu: x)."""
-    den = e.fbin("addf", e.f32(1.0), e.op(f"math.exp {e.op(f'arith.negf {x} : f32', 'f')} : f32", "f"))
+    den = e.fbin("addf", e.f32(1.0), e.exp(e.op(f"arith.negf {x} : f32", "f")))
     return e.fbin("divf", num or e.f32(1.0), den)
 
 
@@ -195,7 +195,7 @@ def _gpu_erf(e, x):
         p = e.fbin("addf", e.fbin("mulf", p, t), e.f32(c))
     p = e.fbin("mulf", p, t)
     nsq = e.op(f"arith.negf {e.fbin('mulf', a, a)} : f32", "f")
-    r = e.fbin("subf", e.f32(1.0), e.fbin("mulf", p, e.op(f"math.exp {nsq} : f32", "f")))
+    r = e.fbin("subf", e.f32(1.0), e.fbin("mulf", p, e.exp(nsq)))
     return e.op(f"math.copysign {r}, {x} : f32", "f")
 
 
@@ -204,8 +204,7 @@ def _gpu_gelu(e, x):
     return e.fbin("mulf", e.fbin("mulf", x, e.f32(0.5)), e.fbin("addf", e.f32(1.0), _gpu_erf(e, z)))
 
 
-_unary("exp", lambda ar, x: ar.exp(x), "exp", 4, lambda ex, x: ex.exp(x),
-       lambda e, x: e.op(f"math.exp {x} : f32", "f"))
+_unary("exp", lambda ar, x: ar.exp(x), "exp", 4, lambda ex, x: ex.exp(x), lambda e, x: e.exp(x))
 _unary("sqrt", lambda ar, x: ar.sqrt(x), "sqrt", 4, lambda ex, x: ex.sqrt(x),
        lambda e, x: e.op(f"math.sqrt {x} : f32", "f"))
 _unary("rsqrt", lambda ar, x: ar.div(ar.const(1.0, ar.shape(x)), ar.sqrt(x)), "sqrt", 4,

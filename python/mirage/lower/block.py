@@ -102,12 +102,12 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
             return True
         if k in scalar.BINARY or k in scalar.UNARY or k == "constant":
             if self.p.vec_width(op) > 1:
-                self.elementwise_vec(op, lambda args: [scalar.apply(e, k, args, op.attrs)])
+                self.elementwise_vec(op, lambda args: [scalar.apply(e, k, args, op.attrs, out.dtype.mlir)])
                 return True
 
             def body(cs):
                 args = [self.read(t, cs, out.shape) for t in op.inputs]
-                self.write(out, cs, scalar.apply(e, k, args, op.attrs))
+                self.write(out, cs, scalar.apply(e, k, args, op.attrs, out.dtype.mlir))
             self.elementwise(out.shape, body)
             return True
         if k == "thread_graph":

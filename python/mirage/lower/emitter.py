@@ -29,6 +29,7 @@ class Emitter:
         self._cache: dict[tuple, str] = {}
         self.n = 0
         self.depth = 2
+        self.approx_exp = False  # `exp`: the result is rounded to 16 bits (`scalar.apply`)
 
     # -- naming and raw emission --
     def fresh(self, p: str = "v") -> str:
@@ -56,6 +57,16 @@ class Emitter:
                 self.consts.append(f"{r} = arith.constant dense<{value}> : {ty}")
             self._cache[key] = r
         return self._cache[key]
+
+    def exp(self, x: str) -> str:
+        """e^x of f32 `x`. With `approx_exp`: 2^(x log2 e) by the hardware's ex2.approx
+        (two instructions; math.exp's expansion is eleven), whose relative error (about
+        2^-22, and |x log2 e| 2^-24 from rounding the product) is far below a 16-bit
+        result's 2^-11."""
+        if not self.approx_exp:
+            return self.op(f"math.exp {x} : f32", "f")
+        y = self.fbin("mulf", x, self.f32(1.4426950408889634))
+        return self.op(f'llvm.inline_asm "ex2.approx.ftz.f32 $0, $1;", "=f,f" {y} : (f32) -> f32', "f")
 
     def idx(self, v: Idx) -> str:
         return self.const(v, "index") if isinstance(v, int) else v

@@ -87,7 +87,8 @@ class ElementwiseEmitter:
             def fn(args):
                 env = {id(s): a for s, a in zip(th.inputs, args)}
                 for o in th.ops:
-                    env[id(o.outputs[0])] = scalar.apply(e, o.kind, [env[id(x)] for x in o.inputs], o.attrs)
+                    env[id(o.outputs[0])] = scalar.apply(e, o.kind, [env[id(x)] for x in o.inputs], o.attrs,
+                                                         o.outputs[0].dtype.mlir)
                 return [env[id(s)] for s in th.outputs]
             self.elementwise_vec(op, fn)
             return
@@ -95,7 +96,8 @@ class ElementwiseEmitter:
         def body(cs):
             env = {id(s): self.read(t, cs, out_shape) for s, t in zip(th.inputs, op.inputs)}
             for o in th.ops:
-                env[id(o.outputs[0])] = scalar.apply(e, o.kind, [env[id(x)] for x in o.inputs], o.attrs)
+                env[id(o.outputs[0])] = scalar.apply(e, o.kind, [env[id(x)] for x in o.inputs], o.attrs,
+                                                         o.outputs[0].dtype.mlir)
             for s, t in zip(th.outputs, op.outputs):
                 self.write(t, cs, env[id(s)])
         self.elementwise(out_shape, body)

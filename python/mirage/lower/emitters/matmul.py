@@ -292,7 +292,7 @@ class MatmulEmitter:
                     if chain:
                         v = e.op(f"arith.extf {r} : {s_elt} to f32", "f")
                         for o in chain:  # a chain of unary ops, in f32
-                            v = scalar.apply(e, o.kind, [v], o.attrs)
+                            v = scalar.apply(e, o.kind, [v], o.attrs, o.outputs[0].dtype.mlir)
                         r = e.op(f"arith.truncf {v} : f32 to {o_elt}", "t")
                     quad.append((r, e.op(f"arith.extf {r} : {o_elt} to f32", "f")))
             vals.append(quad)

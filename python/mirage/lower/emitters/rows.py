@@ -153,11 +153,12 @@ class RowsEmitter:
         """The f32 results of element-wise op or thread graph `op` on one element."""
         e = self.e
         if op.kind != "thread_graph":
-            return [scalar.apply(e, op.kind, args, op.attrs)]
+            return [scalar.apply(e, op.kind, args, op.attrs, op.outputs[0].dtype.mlir)]
         th = op.body
         env = {id(s): a for s, a in zip(th.inputs, args)}
         for o in th.ops:
-            env[id(o.outputs[0])] = scalar.apply(e, o.kind, [env[id(i)] for i in o.inputs], o.attrs)
+            env[id(o.outputs[0])] = scalar.apply(e, o.kind, [env[id(i)] for i in o.inputs], o.attrs,
+                                                 o.outputs[0].dtype.mlir)
         return [env[id(s)] for s in th.outputs]
 
     def row_combine(self, x: STensor, combine: str, square: bool) -> dict:
