@@ -4,6 +4,7 @@ matmul (exp(s * Q @ K) of attention), where each warp owns 16 whole rows of C; t
 search's warp-resident seeds, and its block count after the lowering's loop split.
 The kernels' numbers are checked on the GPU (benchmarks/mbci.py --run: every bundle
 against fp32 PyTorch); here the plan and the emitted IR."""
+import math
 import os
 import sys
 
@@ -14,6 +15,7 @@ import mirage as mi
 from mirage.core.graph import GraphError
 from mirage.lower import Options, convert_to_gpu, to_ptx
 from mirage.lower.convert import plan_graph
+from mirage.lower.emitter import fmt_f32
 from mirage.lower.kernel_plan import CLUSTER_MAX, _unary_chain, choose_split
 from mirage.search.build import build
 from mirage.search.config import SearchConfig
@@ -66,8 +68,10 @@ def test_resident_chain_ir():
     assert "vector<4x2xf16>" in second.split("\n", 1)[0] and "gpu.barrier" not in second.split("scf.yield")[0]
     assert low.kernels[0]["notes"]["mma"] == 2 and low.kernels[0]["notes"]["frag_fused"] == 1
     low_a = convert_to_gpu(tiled(chain(1, 64, 128, 64, 64, True), 64, 64, 64), Options(split=1))
-    # 64 x 64 scores over 4 warps: 32 values a thread, exp applied once each, unrolled
+    # 64 x 64 scores over 4 warps: 32 values a thread, exp applied once each, unrolled, as
+    # 2^(x (0.125 log2 e)): the thread graph's scale folded into exp's one product
     assert low_a.module.count("ex2.approx.ftz.f32") == 32
+    assert fmt_f32(0.125 * math.log2(math.e)) in low_a.module
 
 
 @pytest.mark.parametrize("tl,th", [(64, 64), (128, 128), (128, 16)])

@@ -30,6 +30,8 @@ class Emitter:
         self.n = 0
         self.depth = 2
         self.approx_exp = False  # `exp`: the result is rounded to 16 bits (`scalar.apply`)
+        self._values: dict[str, float] = {}  # f32 constant -> its value
+        self._scaled: dict[str, tuple[str, float]] = {}  # x * constant -> (x, the constant)
 
     # -- naming and raw emission --
     def fresh(self, p: str = "v") -> str:
@@ -62,17 +64,20 @@ class Emitter:
         """e^x of f32 `x`. With `approx_exp`: 2^(x log2 e) by the hardware's ex2.approx
         (two instructions; math.exp's expansion is eleven), whose relative error (about
         2^-22, and |x log2 e| 2^-24 from rounding the product) is far below a 16-bit
-        result's 2^-11."""
+        result's 2^-11. Of x = v * c (a scaled score), 2^(v (c log2 e)): one product."""
         if not self.approx_exp:
             return self.op(f"math.exp {x} : f32", "f")
-        y = self.fbin("mulf", x, self.f32(1.4426950408889634))
+        v, c = self._scaled.get(x, (x, 1.0))
+        y = self.fbin("mulf", v, self.f32(c * 1.4426950408889634))
         return self.op(f'llvm.inline_asm "ex2.approx.ftz.f32 $0, $1;", "=f,f" {y} : (f32) -> f32', "f")
 
     def idx(self, v: Idx) -> str:
         return self.const(v, "index") if isinstance(v, int) else v
 
     def f32(self, v: float) -> str:
-        return self.const(float(v), "f32")
+        r = self.const(float(v), "f32")
+        self._values[r] = float(v)
+        return r
 
     # -- index arithmetic with folding --
     def add(self, a: Idx, b: Idx) -> Idx:
@@ -147,7 +152,10 @@ class Emitter:
 
     # -- float helpers (f32) --
     def fbin(self, name: str, a: str, b: str) -> str:
-        return self.op(f"arith.{name} {a}, {b} : f32", "f")
+        r = self.op(f"arith.{name} {a}, {b} : f32", "f")
+        if name == "mulf" and b in self._values:
+            self._scaled[r] = (a, self._values[b])
+        return r
 
     def load(self, mem: str, ty: str, i: Idx, elt: str) -> str:
         v = self.op(f"memref.load {mem}[{self.idx(i)}] : {ty}", "l")
