@@ -108,7 +108,8 @@ def test_resident_chain_runs_warpgroup_matmuls(tl, th):
     # E's first k-step accumulates except in the loop's first iteration (an i32 operand)
     kinds = ["E" if "setp.ne.b32 z, $" in x else "C" if "wgmma.mma_async" in x else x for x in asm]
     assert kinds == ["C", "E", "wgmma.wait_group.sync.aligned 1;", "wgmma.wait_group.sync.aligned 0;"], kinds
-    assert "z, 1, 1, 1;" in asm[0]  # a fresh C: the first k-step ignores the accumulators
+    # a fresh C: the first k-step ignores the accumulators (scale-d z false)
+    assert "setp.eq.b32 z, one, 0;" in asm[0] and "z, 1, 1, 1;" in asm[0]
 
 
 def test_chain_not_fused_where_warps_share_rows():
@@ -180,7 +181,8 @@ def test_split_chain_combines_in_a_cluster():
     # swizzled column blocks of 64 x 128 bytes: 32 bytes a k-step, then the next block)
     first = ptx.split("wgmma.commit_group", 1)[0]
     # (the first k-step's scale-d predicate false: the accumulators need no zeros)
-    assert "ldmatrix" not in ptx and first.count(", 1, 1, 0, 1;") == 256 // 16 and first.count("z, 1, 1, 0, 1;") == 1
+    assert "ldmatrix" not in ptx and first.count(", 1, 1, 0, 1;") == 256 // 16 and first.count("z, 1, 1, 0, 1;") == 1 \
+        and "setp.eq.b32 z, one, 0;" in first
     steps = [int(x.split(";", 1)[0]) for x in first.split("add.s64 da, da, ")[1:]]
     assert steps == ([2, 2, 2, 64 * 128 // 16 - 6] * 4)[:-1]  # 16-byte units
     # without clusters (or a group over CLUSTER_MAX blocks): the last block combines

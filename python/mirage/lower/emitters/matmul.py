@@ -181,11 +181,12 @@ class MatmulEmitter:
         four, mask = e.op("arith.constant 4 : i64", "c"), e.op("arith.constant 16383 : i64", "c")
         lo = e.op(f"arith.andi {e.op(f'arith.shrui {addr}, {four} : i64', 'bs')}, {mask} : i64", "bl")
         desc = e.op(f"arith.ori {lo}, {hi} : i64", "bd")
-        # accumulating: the accumulators are tied inputs; else the first k-step's scale-d
-        # predicate (z, false) ignores them, so no register is set to zero before the
-        # issue. A carried accumulator's first iteration (`acc_first`: 0, or an i32 that
-        # is 0 there) ignores its undefined initial values the same way.
-        first = self.acc_first if carried else (0 if issue_only else 1)
+        # the first k-step's scale-d predicate z: true accumulates onto the accumulators
+        # (tied inputs); false ignores them: a fresh C (none, so no register is set to zero
+        # before the issue), or a carried accumulator's first iteration (`acc_first`: 0, or
+        # an i32 operand that is 0 there), whose initial values are undefined
+        first = (self.acc_first if carried else 1) if acc else 0
+        flag = [first] if isinstance(first, str) else []
         dv = [e.op(f"vector.extract {c}[{h}, {q}] : f32 from vector<2x2xf32>", "d")
               for c in acc for h in (0, 1) for q in (0, 1)] if acc else []
         a_ops, a_types = (aregs, ["i32"] * len(aregs)) if adesc is None else ([adesc], ["i64"])
@@ -193,17 +194,13 @@ class MatmulEmitter:
         a0 = nd + len(dv)  # operand number of A's first register (or its descriptor)
         dl = ", ".join(f"${i}" for i in range(nd))
         shape = f"m64n{N}k16.f32.{elt}.{elt}"
+        z = f"setp.ne.b32 z, ${a0 + na + 1}, 0;" if flag else f"setp.{'ne' if first else 'eq'}.b32 z, one, 0;"
         body = ["{ .reg .pred p, z; .reg .b32 one; .reg .b64 d, da; mov.b32 one, 1; setp.ne.b32 p, one, 0;",
-                "setp.eq.b32 z, one, 0;", f"mov.b64 d, ${a0 + na};",
-                "fence.proxy.async.shared::cta; wgmma.fence.sync.aligned;"]
+                z, f"mov.b64 d, ${a0 + na};", "fence.proxy.async.shared::cta; wgmma.fence.sync.aligned;"]
         if adesc is not None:
             body.insert(3, f"mov.b64 da, ${a0};")
-        flag = []
-        if isinstance(first, str):
-            flag = [first]
-            body.insert(3, f"setp.ne.b32 z, ${a0 + na + 1}, 0;")
         for ks in range(K // 16):
-            scale = "p" if (dv and first == 1) or ks else "z"
+            scale = "p" if ks else "z"
             if adesc is None:
                 ra = ", ".join(f"${a0 + 4 * ks + i}" for i in range(4))
                 body.append(f"wgmma.mma_async.sync.aligned.{shape} {{{dl}}}, {{{ra}}}, d, {scale}, 1, 1, 1;")
