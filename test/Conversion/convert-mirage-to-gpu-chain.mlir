@@ -75,18 +75,20 @@ module {
 // Self-attention in Mirage's form (exp-normalized), the same tiling: exp(s * (Q @ K))
 // (a thread graph chaining two unary ops) is applied to the first mma's fragments in
 // f32 (32 values a thread, unrolled), feeds the second mma's A operand from registers
-// and the row-sum accumulator (quad shuffles); no element loop evaluates the thread graph.
+// and the row-sum accumulator, whose per-thread partial sums the loop carries (quad
+// shuffles after it); no element loop evaluates the thread graph.
 // CHECK-LABEL: gpu.func @attn_chain_k0
 // CHECK: scf.for {{.*}} iter_args
 // CHECK: nvgpu.mma.sync
 // CHECK-NOT: gpu.barrier
 // CHECK-COUNT-32: ex2.approx.ftz.f32
 // CHECK-NOT: gpu.barrier
-// CHECK: gpu.shuffle xor
+// CHECK-NOT: gpu.shuffle
 // CHECK: vector.from_elements {{.*}} : vector<4x2xf16>
 // CHECK: nvgpu.mma.sync
 // CHECK: scf.yield
 // CHECK-NOT: ex2.approx.ftz.f32
+// CHECK: gpu.shuffle xor
 // CHECK: gpu.return
 // PTX-LABEL: .entry attn_chain_k0
 // PTX-COUNT-32: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32

@@ -304,31 +304,45 @@ class MatmulEmitter:
         return self.e.op(f"vector.from_elements {', '.join(xs)} : vector<4x2x{elt}>", "fa")
 
     def frag_row_sums(self, op: Op, vals) -> None:
-        """`sum` accumulator of a register tile: per row, the thread's values, then the 4
-        lanes of the quad (shuffles xor 1, 2); lane 4g adds rows g and g+8 of each row block
-        to the f32 scratch (each row is owned by one warp)."""
+        """`sum` accumulator of a register tile: per row, the thread's values. In a loop
+        that keeps the rows' partial sums in registers (`row_parts`), added to them;
+        else combined and added to the scratch at once (`row_sums_to_scratch`)."""
         e = self.e
-        sc = self.p.scratch[id(op)]
-        sv = self.scratch_views[id(op)]
         NT, vals = vals
-        rpw = len(vals) // NT
-        g = e.div(self.lane, 4)
-        lead = e.cmp("eq", e.rem(self.lane, 4), 0)
-        for rb in range(rpw):
+        sums = []
+        for rb in range(len(vals) // NT):
             for h in (0, 1):
                 v = None
                 for j in range(rb * NT, (rb + 1) * NT):
                     for q in (0, 1):
                         x = vals[j][2 * h + q][1]
                         v = x if v is None else e.fbin("addf", v, x)
-                for s_ in (1, 2):
-                    sh = e.fresh("s")
-                    ok = e.fresh("ok")
-                    e.line(f"{sh}, {ok} = gpu.shuffle xor {v}, {e.const(s_, 'i32')}, {e.const(32, 'i32')} : f32")
-                    v = e.fbin("addf", v, sh)
-                row = e.add(e.mul(e.add(e.mul(self.warp, rpw), rb), 16), e.add(g, 8 * h))
-                with e.if_(lead):
-                    e.store(e.fbin("addf", e.load(sv, sc.mtype, row, "f32"), v), sv, sc.mtype, row, "f32")
+                sums.append(v)
+        if id(op) in self.row_parts:
+            self.row_parts[id(op)] = [e.fbin("addf", p, v) for p, v in zip(self.row_parts[id(op)], sums)]
+        else:
+            self.row_sums_to_scratch(op, sums)
+
+    def row_sums_to_scratch(self, op: Op, sums: list[str]) -> None:
+        """Add a thread's partial sums of its rows (rows g and g + 8 of each of its warp's
+        16-row blocks, g = lane / 4) to the f32 scratch: the 4 lanes of the quad combined
+        (shuffles xor 1, 2), lane 4g adds (each row is owned by one warp)."""
+        e = self.e
+        sc = self.p.scratch[id(op)]
+        sv = self.scratch_views[id(op)]
+        rpw = len(sums) // 2
+        g = e.div(self.lane, 4)
+        lead = e.cmp("eq", e.rem(self.lane, 4), 0)
+        for i, v in enumerate(sums):
+            rb, h = divmod(i, 2)
+            for s_ in (1, 2):
+                sh = e.fresh("s")
+                ok = e.fresh("ok")
+                e.line(f"{sh}, {ok} = gpu.shuffle xor {v}, {e.const(s_, 'i32')}, {e.const(32, 'i32')} : f32")
+                v = e.fbin("addf", v, sh)
+            row = e.add(e.mul(e.add(e.mul(self.warp, rpw), rb), 16), e.add(g, 8 * h))
+            with e.if_(lead):
+                e.store(e.fbin("addf", e.load(sv, sc.mtype, row, "f32"), v), sv, sc.mtype, row, "f32")
 
     def store_frags(self, op: Op, frags: list[str], out: STensor, scale=None) -> None:
         """Write this warp's C fragments (rows < M) to tile `out`."""
