@@ -493,8 +493,9 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         S = self.p.S
         sync_varying = [k for k, rec in enumerate(tb.inputs)
                         if rec.forloop_dim != -1 and (S == 1 or k not in self.p.varying_async)]
-        rotate = not sync_varying and self._rotate_ok(loop)
-        overlap = not rotate and not sync_varying and self._overlap_ok(loop)
+        overlap = not sync_varying and self._overlap_ok(loop)
+        rotate = overlap and self._rotate_ok(loop)
+        overlap = overlap and not rotate  # (a rotated loop leaves nothing in flight across iterations)
         ahead = S - 2 if overlap else S - 1  # iterations whose copies are in flight
         R, it0, reg_ops, reg_inits = self.loop_setup(accs, inv, split, wait_invariant=False, ahead=ahead)
         # the register `sum` accumulators' rows, where a warp owns one 16-row block: each
@@ -688,7 +689,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         groups are in flight: rounded (and its fused unary op applied) as `run_op` would,
         then the loop's ops on them other than the accumulating matmuls. Returns the
         rounded values the accumulating matmuls read."""
-        self.e.line(f'llvm.inline_asm has_side_effects "wgmma.wait_group.sync.aligned {pending};", "" : () -> ()')
+        self.wait_groups(pending)
         op = self.tb.ops[loop[0]]
         u = self.p.frag_fuse[id(op)]
         NT, vals = self.p.mma_geometry(op)[4], self.frag_unary(op, u, frags)
@@ -713,20 +714,18 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         return self.new_frags
 
     def _rotate_ok(self, loop: list[int]) -> bool:
-        """Whether the loop rotates (`_rotated_loop`): one warpgroup (its waits cover every
-        reader of the ring), a ring of three or more stages (the first matmul reads it one
-        iteration ahead); the first op a warpgroup matmul whose fragments stay in
-        registers (`frag_fuse`) and that reads the ring and nothing the loop writes; the
-        others only the register accumulators of warpgroup matmuls on its (rounded)
-        fragments, reading ring tiles it does not, and `sum` accumulators of its
-        fragments. Its fragments, their rounded copy, its A operand's fragments (unless
-        read through a descriptor) and the accumulators must fit in `ROTATE_FRAG_REGS`
-        registers."""
+        """Whether a loop that `_overlap_ok` (one warpgroup, whose waits cover every reader
+        of the ring; a ring of three or more stages, which the first matmul reads one
+        iteration ahead) rotates (`_rotated_loop`): the first op a warpgroup matmul whose
+        fragments stay in registers (`frag_fuse`) and that reads the ring and nothing the
+        loop writes; the others only the register accumulators of warpgroup matmuls on
+        its (rounded) fragments, reading ring tiles it does not, and `sum` accumulators of
+        its fragments; no output saved in the loop. Its fragments, their rounded copy, its
+        A operand's fragments (unless read through a descriptor) and the accumulators must
+        fit in `ROTATE_FRAG_REGS` registers."""
         p, ops = self.p, self.tb.ops
-        if p.S < 3 or p.nthreads != 128 or not loop or any(rec.forloop_dim != -1 for rec in self.tb.outputs):
-            return False
         first = ops[loop[0]]
-        if first.kind != "matmul" or id(first) not in p.wgmma or id(first) not in p.frag_fuse:
+        if id(first) not in p.frag_fuse or any(rec.forloop_dim != -1 for rec in self.tb.outputs):
             return False
         chain = id((p.frag_fuse[id(first)] or first).outputs[0])
         ring = {id(self.tb.inputs[k].stensor) for k in p.varying_async}
@@ -771,8 +770,12 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         """Wait for the warpgroup matmuls issued since the last wait (before their
         accumulators are read or their shared-memory operands overwritten)."""
         if self.wgmma_pending:
-            self.e.line('llvm.inline_asm has_side_effects "wgmma.wait_group.sync.aligned 0;", "" : () -> ()')
+            self.wait_groups(0)
         self.wgmma_pending = False
+
+    def wait_groups(self, pending: int) -> None:
+        """Wait until at most `pending` warpgroup-matmul groups are in flight."""
+        self.e.line(f'llvm.inline_asm has_side_effects "wgmma.wait_group.sync.aligned {pending};", "" : () -> ()')
 
     def cp_wait(self, pending: int) -> None:
         """Wait until at most `pending` cp.async groups are in flight; where wgmma reads the
