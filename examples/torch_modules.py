@@ -17,6 +17,21 @@ class RMSNormLinear(nn.Module):
         return self.w(x)
 
 
+class LayerNormLinear(nn.Module):
+    """`nn.LayerNorm` then `nn.Linear`: the pre-norm projection of GPT-2, BERT and ViT blocks."""
+
+    def __init__(self, d=64, n=96):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.w = nn.Linear(d, n)
+        with torch.no_grad():  # not the identity affine of a fresh LayerNorm
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.normal_(0.0, 0.1)
+
+    def forward(self, x):
+        return self.w(self.norm(x))
+
+
 class GatedMLP(nn.Module):
     def __init__(self, d=64, h=128):
         super().__init__()

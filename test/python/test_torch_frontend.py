@@ -25,8 +25,8 @@ import torch.nn.functional as F  # noqa: E402
 import mirage.torch as mt  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from torch_modules import (Attention, Block, GatedMLP, LoRA, NTrans, QKNormAttention,  # noqa: E402
-                           RMSNormLinear)
+from torch_modules import (Attention, Block, GatedMLP, LayerNormLinear, LoRA, NTrans,  # noqa: E402
+                           QKNormAttention, RMSNormLinear)
 
 TOL = 1e-5
 
@@ -37,6 +37,7 @@ def _rand(*shape, scale=1.0):
 
 CASES = {
     "rmsnorm_linear": (RMSNormLinear, lambda: [_rand(4, 64)]),
+    "layernorm_linear": (LayerNormLinear, lambda: [_rand(4, 64, scale=2.0) + 0.5]),
     "gated_mlp": (GatedMLP, lambda: [_rand(8, 64)]),
     "lora": (LoRA, lambda: [_rand(16, 64)]),
     "gqa": (Attention, lambda: [_rand(2, 16, 32, scale=0.3), _rand(2, 32, 64, scale=0.3), _rand(2, 64, 32)]),
@@ -88,6 +89,24 @@ def test_fused_patterns_are_recognised(imported):
     # a 2-D linear layer is a 2-D kn.matmul (TOSA's rank-3 reshapes folded away)
     mm = [op for op in imported["gated_mlp"][2].graph.ops if op.kind == "matmul"]
     assert all(len(op.outputs[0].shape) == 2 for op in mm)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x / torch.std(x, dim=-1, keepdim=True),                    # var.correction, correction 1
+    lambda x: torch.var(x, (0, 1), correction=0, keepdim=True) * x,      # several dims, correction 0
+    lambda x: torch.var_mean(x, -1)[0] * torch.var_mean(x, -1)[1] + 1.0,  # keepdim False: rank 1
+    lambda x: F.layer_norm(x, (16,)) * 3.0,                                # no affine
+], ids=["std", "var_dims", "var_mean", "layer_norm"])
+def test_variance_imports_to_kn(fn):
+    # torch-mlir's table leaves var_mean / var whole; ours writes them in kn's ops
+    res = mt.import_module(fn, [torch.randn(4, 16)])
+    assert res.fully_converted, res.report()
+    assert {op.kind for op in res.graph.ops} <= {"reduction", "sub", "mul", "div", "add", "constant", "rsqrt",
+                                                  "reshape", "sqrt"}
+    torch.manual_seed(11)
+    x = torch.randn(4, 16) * 3.0 + 1.0
+    (got,) = res.graph.evaluate(res.graph_inputs(x))
+    _close(got, fn(x.double()))
 
 
 class WithUnsupported(nn.Module):

@@ -492,16 +492,40 @@ def _as_module(module_or_fn):
 
 
 def export(module_or_fn, example_inputs: Sequence):
-    """torch.export (non-strict) + torch-mlir's decompositions."""
+    """torch.export (non-strict) + torch-mlir's decompositions and ours (`_decompositions`)."""
     import torch
-    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     mod = _as_module(module_or_fn)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ep = torch.export.export(mod, tuple(example_inputs), strict=False)
-        ep = ep.run_decompositions(get_decomposition_table())
+        ep = ep.run_decompositions(_decompositions())
     return ep
+
+
+def _decompositions() -> dict:
+    """torch-mlir's decomposition table, plus `var_mean.correction` and `var.correction` in
+    ops kn has: the table turns `nn.LayerNorm` (`native_layer_norm`) into the first and
+    leaves it whole, which kept every LayerNorm of a GPT-2, BERT or ViT block in PyTorch,
+    cutting the block's kn program in pieces (torch's own decompositions give `prims` ops)."""
+    import torch
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    aten = torch.ops.aten
+
+    def var_mean(x, dim=None, *, correction=None, keepdim=False):
+        dims = list(range(x.dim())) if dim is None else [d % x.dim() for d in dim]
+        n = int(np.prod([x.shape[d] for d in dims]))
+        mean = aten.mean.dim(x, dims, True)
+        dev = aten.sub.Tensor(x, mean)
+        var = aten.sum.dim_IntList(aten.mul.Tensor(dev, dev), dims, keepdim)
+        var = aten.div.Scalar(var, max(0, n - (1 if correction is None else correction)))
+        return var, (mean if keepdim else aten.view.default(mean, list(var.shape)))
+
+    table = dict(get_decomposition_table())
+    table[aten.var_mean.correction] = var_mean
+    table[aten.var.correction] = lambda *a, **k: var_mean(*a, **k)[0]
+    return table
 
 
 # -- segments at run time ----------------------------------------------------------------
