@@ -109,6 +109,28 @@ def test_variance_imports_to_kn(fn):
     _close(got, fn(x.double()))
 
 
+class ReturnsCache(nn.Module):
+    """Returns an object torch.export cannot flatten, as a transformers model returns its cache."""
+
+    class DynamicCache:
+        def __init__(self, t):
+            self.t = t
+
+    def forward(self, x):
+        return x * 2.0, ReturnsCache.DynamicCache(x)
+
+
+def test_export_failure_names_the_module_and_the_way_out():
+    with pytest.raises(ValueError, match="could not export ReturnsCache") as e:
+        mt.import_module(ReturnsCache(), [torch.randn(4, 8)])
+    assert "returns a DynamicCache object" in str(e.value) and "use_cache = False" in str(e.value)
+    assert isinstance(e.value.__cause__, Exception)  # torch's own error kept
+    with pytest.warns(RuntimeWarning, match="could not export ReturnsCache"):  # the drop-in runs the module
+        fast = mt.superoptimize(ReturnsCache(), [torch.randn(4, 8)])
+    x = torch.randn(4, 8)
+    assert torch.equal(fast(x)[0], x * 2.0)
+
+
 class WithUnsupported(nn.Module):
     def __init__(self):
         super().__init__()

@@ -498,9 +498,33 @@ def export(module_or_fn, example_inputs: Sequence):
     mod = _as_module(module_or_fn)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ep = torch.export.export(mod, tuple(example_inputs), strict=False)
+        try:
+            ep = torch.export.export(mod, tuple(example_inputs), strict=False)
+        except Exception as e:
+            raise ValueError(_export_failure(mod, e)) from e
         ep = ep.run_decompositions(_decompositions())
     return ep
+
+
+def _export_failure(mod, e: Exception) -> str:
+    """What to tell a user whose module `torch.export` refused, with the way out where the
+    cause is a common one."""
+    import re
+
+    name = type(mod).__name__
+    if name == "_Fn":  # a function wrapped by `_as_module`
+        name = getattr(mod.fn, "__name__", "the function")
+    first = (str(e).strip().splitlines() or [""])[0].split(". ")[0]  # torch's first sentence says it
+    msg = f"torch.export could not export {name} at the example inputs: {type(e).__name__}: {first}"
+    out = re.search(r"Found <class '([\w.]+)'> in output", str(e))
+    if out:
+        cls = out.group(1)
+        msg += (f"\n  the module returns a {cls.rsplit('.', 1)[-1]} object, which torch.export cannot take "
+                f"apart: its forward must return tensors (or tuples, lists, dicts of them)")
+        if "cache" in cls.lower():
+            msg += ("; a transformers model returns its KV cache unless `model.config.use_cache = False` "
+                    "(or use torch.compile(model, backend='mirage'), which takes the graph apart itself)")
+    return msg
 
 
 def _decompositions() -> dict:
