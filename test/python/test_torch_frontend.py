@@ -109,6 +109,75 @@ def test_variance_imports_to_kn(fn):
     _close(got, fn(x.double()))
 
 
+class FusedQKV(nn.Module):
+    """GPT-2's attention input: one projection (with bias), split into q, k and v."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).split(x.shape[-1], dim=-1)
+        return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+
+
+class FusedGateUp(nn.Module):
+    """Phi-3's gated MLP: the gate and up projections in one matrix, chunked."""
+
+    def __init__(self, d=32, h=64):
+        super().__init__()
+        self.gate_up = nn.Linear(d, 2 * h, bias=False)
+        self.down = nn.Linear(h, d, bias=False)
+
+    def forward(self, x):
+        g, u = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(g) * u)
+
+
+@pytest.mark.parametrize("cls, shape", [(FusedQKV, (2, 8, 32)), (FusedGateUp, (8, 32)), (FusedGateUp, (2, 4, 32))])
+def test_split_projection_becomes_projections_of_the_weights_columns(cls, shape):
+    torch.manual_seed(13)
+    m = cls()
+    res = mt.import_module(m, [torch.randn(*shape)])
+    assert res.fully_converted, res.report()
+    assert "slice(s) of a projection's output moved onto its weight" in res.report()
+    # no selection matrix left: every input is the module's input or a (cut) parameter
+    assert {b.kind for b in res.bindings} == {"input", "parameter"}, res.report()
+    assert any(t[0] == "narrow" for b in res.bindings for t in b.transforms)
+    params = {id(t) for b, t in zip(res.bindings, res.graph.inputs) if b.kind == "parameter"}
+    assert sum(op.kind == "matmul" and id(op.inputs[1]) in params for op in res.graph.ops) == 3  # q, k, v / gate, up, down
+    if cls is FusedGateUp and len(shape) == 2:  # the gated MLP the search fuses
+        assert [op.kind for op in res.graph.ops] == ["matmul", "matmul", "silu", "mul", "matmul"]
+    m64 = copy.deepcopy(m).double()
+    x = torch.randn(*shape)
+    (got,) = res.graph.evaluate(res.graph_inputs(x))
+    _close(got, m64(x.double()))
+    # the kernels get the weight's columns, cut once
+    calls = []
+    _fake_kernels(list(res.program.segments.values()), calls)
+    res.program.set_mode("kernels")
+    for _ in range(2):
+        np.testing.assert_allclose(res.program(x).detach().numpy(), m(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    w = (m.qkv if cls is FusedQKV else m.gate_up).weight.detach().t()
+    k = w.shape[1] // (3 if cls is FusedQKV else 2)
+    i = next(i for i, t in enumerate(calls[0]) if torch.equal(t, w[:, k:2 * k]))  # k, or up
+    assert calls[1][i] is calls[0][i]
+
+
+def test_a_slice_of_a_value_used_whole_stays_a_selection():
+    lin = nn.Linear(16, 32)
+
+    def f(x):
+        y = lin(x)
+        return y[..., :8] * 2.0 + y.sum(-1, keepdim=True)  # y is used whole too: not cut
+
+    res = mt.import_module(f, [torch.randn(4, 16)])
+    assert res.fully_converted and "moved onto its weight" not in res.report()
+    x = torch.randn(4, 16)
+    (got,) = res.graph.evaluate(res.graph_inputs(x))
+    _close(got, f(x).detach())
+
+
 class ReturnsCache(nn.Module):
     """Returns an object torch.export cannot flatten, as a transformers model returns its cache."""
 
@@ -344,6 +413,22 @@ def test_save_load_keeps_folded_bindings(tmp_path):
     assert torch.equal(calls[0][2], m2.w.weight.detach().t().contiguous())
     ld.program.set_mode("interpreter")  # the reference kn graph with the folded bindings
     np.testing.assert_allclose(ld.program(x).detach().numpy(), m2(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_save_load_keeps_cut_weights(tmp_path):
+    torch.manual_seed(14)
+    m = FusedGateUp()
+    x = torch.randn(8, 32)
+    d = mt.superoptimize(m, [x], search=False).save(str(tmp_path / "m"), weights=False)
+    torch.manual_seed(15)
+    m2 = FusedGateUp()  # other weights, bound by name at load time: the cuts apply to them
+    ld = mt.load(d, module=m2, weights=False)
+    calls = []
+    _fake_kernels(ld.program.segments().values(), calls)
+    ld.program.set_mode("kernels")
+    np.testing.assert_allclose(ld.program(x).detach().numpy(), m2(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    gate = m2.gate_up.weight.detach().t()[:, :64]
+    assert any(torch.equal(t, gate) for t in calls[0])
 
 
 def test_fp32_upcast_elision_is_opt_in():

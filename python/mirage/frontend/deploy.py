@@ -49,10 +49,37 @@ def _lookup(module, name: str, kind: str):
     return (m._parameters if kind == "parameter" else m._buffers).get(leaf)
 
 
-def _apply_np(a, transforms):
+# the layout transforms folded into a binding (`torch_import.fold_state_layout`):
+# ("transpose", permutation) | ("reshape", shape) | ("narrow", (start, count)) of the last dim
+
+def transformed_shape(shape: tuple, kind: str, arg: tuple) -> tuple:
+    if kind == "transpose":
+        return tuple(shape[p] for p in arg)
+    if kind == "narrow":
+        return tuple(shape[:-1]) + (arg[1],)
+    return tuple(arg)
+
+
+def apply_transforms_np(a, transforms):
     for kind, arg in transforms:
-        a = np.transpose(a, arg) if kind == "transpose" else np.reshape(a, arg)
+        if kind == "transpose":
+            a = np.transpose(a, arg)
+        elif kind == "narrow":
+            a = a[..., arg[0]:arg[0] + arg[1]]
+        else:
+            a = np.reshape(a, arg)
     return a
+
+
+def _apply_torch(t, transforms):
+    for kind, arg in transforms:
+        if kind == "transpose":
+            t = t.permute(*arg)
+        elif kind == "narrow":
+            t = t.narrow(-1, *arg)
+        else:
+            t = t.reshape(*arg)
+    return t
 
 
 class DeployedSegment(torch.nn.Module):
@@ -67,8 +94,8 @@ class DeployedSegment(torch.nn.Module):
         self.graph = graph  # the imported (reference) kn graph
         self.fallback = fallback  # torch.fx.GraphModule: the partition's ATen ops
         # per graph input: ("arg", k) | ("arg", k, transforms) | ("const", ndarray); transforms:
-        # layout ops folded out of the graph at import (("transpose", perm) | ("reshape", shape)),
-        # applied to argument k once and cached while that tensor is unchanged
+        # layout ops folded out of the graph at import (`apply_transforms_np`), applied to
+        # argument k once and cached while that tensor is unchanged
         self.arg_map = arg_map
         self.out_map = out_map  # per partition output: ("out", j) | ("arg", k) | ("const", v, shape)
         self.single = single
@@ -103,10 +130,7 @@ class DeployedSegment(torch.nn.Module):
         hit = self._folded.get(i)
         if hit is not None and hit[0] == key:
             return hit[1]
-        v = t.detach()
-        for kind, arg in transforms:
-            v = v.permute(*arg) if kind == "transpose" else v.reshape(*arg)
-        v = v.contiguous()
+        v = _apply_torch(t.detach(), transforms).contiguous()
         if v.data_ptr() == t.data_ptr():  # a reshape that stayed a view: own the copy
             v = v.clone()
         self._folded[i] = (key, v)
@@ -143,7 +167,7 @@ class DeployedSegment(torch.nn.Module):
                    for i, a in enumerate(self.arg_map)]
             outs = list(kernel(ins))
         else:  # interpreter, float64
-            ins = [_apply_np(_np64(args[a[1]]), a[2] if len(a) > 2 else ()) if a[0] == "arg" else a[1]
+            ins = [apply_transforms_np(_np64(args[a[1]]), a[2] if len(a) > 2 else ()) if a[0] == "arg" else a[1]
                    for a in self.arg_map]
             outs = self.graph.evaluate(ins)
         res = []

@@ -33,7 +33,9 @@ from ..core.mlir_text import print_module
 from ..mlir import tosa as T
 from .fx_cleanup import cleanup
 from .layers import split_by_layer
+from .deploy import apply_transforms_np, transformed_shape
 from .reshape_sink import sink_reshapes
+from .slice_push import push_slices
 
 # ATen ops (after torch-mlir's decompositions) whose TOSA lowering converts to kn.
 SUPPORTED = {
@@ -100,7 +102,7 @@ class Binding:
     value: Any = None  # lifted constants: the numpy value (with `transforms` already applied)
     # layout transforms folded out of the graph (`fold_state_layout`), applied in order to
     # the state tensor once (not per call) before it is passed to the kernels:
-    # ("transpose", permutation) | ("reshape", shape)
+    # ("transpose", permutation) | ("reshape", shape) | ("narrow", (start, count))
     transforms: tuple = ()
 
     def __str__(self) -> str:
@@ -138,7 +140,8 @@ class ImportResult:
     exported: Any  # torch.export.ExportedProgram (decomposed)
     module: Any = None
     elided: list = field(default_factory=list)  # fp32 upcast sandwiches imported at half precision
-    removed: list = field(default_factory=list)  # no-op nodes removed before partitioning (fx_cleanup)
+    # before partitioning: no-op nodes removed (fx_cleanup), slices moved onto weights (slice_push)
+    removed: list = field(default_factory=list)
 
     @property
     def fully_converted(self) -> bool:
@@ -207,7 +210,7 @@ class ImportResult:
         for e in self.elided:
             lines.append(f"  not exact: {e}")
         for r in self.removed:
-            lines.append(f"  removed: {r}")
+            lines.append(f"  rewritten: {r}")
         for s in self.segments:
             if s.graph is not None:
                 kinds: dict = {}
@@ -252,10 +255,18 @@ _LAYOUT = ("transpose", "reshape")
 _STATE = ("parameter", "buffer", "constant")
 
 
-def apply_transforms_np(a, transforms):
-    for kind, arg in transforms:
-        a = np.transpose(a, arg) if kind == "transpose" else np.reshape(a, arg)
-    return a
+def _column_range(sel) -> tuple | None:
+    """(start, count) when `sel` is a 0/1 matrix that selects the rows start..start+count-1
+    in order (`x @ sel` is the column slice x[:, start:start+count]), else None."""
+    if sel is None or np.ndim(sel) != 2 or sel.shape[1] == 0:
+        return None
+    start = int(np.argmax(sel[:, 0]))
+    n, m = sel.shape
+    want = np.zeros((n, m))
+    if start + m > n:
+        return None
+    want[np.arange(start, start + m), np.arange(m)] = 1.0
+    return (start, m) if np.array_equal(sel, want) else None
 
 
 def fold_state_layout(graph: KNGraph, bindings: list, arg_map: list, weight_inputs=frozenset()):
@@ -285,12 +296,19 @@ def fold_state_layout(graph: KNGraph, bindings: list, arg_map: list, weight_inpu
         if key not in needed:
             needed.append(key)
 
+    lifted = {id(t): bindings[k].value for k, t in enumerate(graph.inputs) if bindings[k].value is not None}
     folded_ops = set()
     for op in graph.ops:
         src = virt.get(id(op.inputs[0])) if op.inputs else None
-        if op.kind in _LAYOUT and src is not None and id(op.outputs[0]) not in out_ids:
-            arg = tuple(op.attrs["permutation"] if op.kind == "transpose" else op.attrs["shape"])
-            virt[id(op.outputs[0])] = (src[0], src[1] + ((op.kind, arg),))
+        if src is None or id(op.outputs[0]) in out_ids:
+            tr = None
+        elif op.kind in _LAYOUT:
+            tr = (op.kind, tuple(op.attrs["permutation"] if op.kind == "transpose" else op.attrs["shape"]))
+        else:  # a column slice: a product with a lifted selection matrix (`tosa.Converter._slice`)
+            cols = _column_range(lifted.get(id(op.inputs[1]))) if op.kind == "matmul" else None
+            tr = None if cols is None else ("narrow", cols)
+        if tr is not None:
+            virt[id(op.outputs[0])] = (src[0], src[1] + (tr,))
             folded_ops.add(id(op))
             continue
         for t in op.inputs:
@@ -299,8 +317,8 @@ def fold_state_layout(graph: KNGraph, bindings: list, arg_map: list, weight_inpu
     for o in graph.outputs:
         if id(o) in virt:
             need(virt[id(o)])
-    for k, t in enumerate(graph.inputs):  # inputs not bound to state, or unused: keep
-        if not state(bindings[k]) or not any(key[0] == k for key in needed):
+    for k, t in enumerate(graph.inputs):  # inputs not bound to state, or unused but lifted constants: keep
+        if not state(bindings[k]) or (bindings[k].value is None and not any(key[0] == k for key in needed)):
             need((k, ()))
     if not folded_ops:
         return graph, bindings, arg_map, []
@@ -313,7 +331,7 @@ def fold_state_layout(graph: KNGraph, bindings: list, arg_map: list, weight_inpu
         old = graph.inputs[k]
         shape = tuple(old.shape)
         for kind, arg in tr:
-            shape = tuple(shape[p] for p in arg) if kind == "transpose" else tuple(arg)
+            shape = transformed_shape(shape, kind, arg)
         nt = g.new_input(shape, None if tr else graph.strides.get(k), old.dtype)
         new_of[(k, tr)] = nt
         b = bindings[k]
@@ -531,7 +549,9 @@ def _decompositions() -> dict:
     """torch-mlir's decomposition table, plus `var_mean.correction` and `var.correction` in
     ops kn has: the table turns `nn.LayerNorm` (`native_layer_norm`) into the first and
     leaves it whole, which kept every LayerNorm of a GPT-2, BERT or ViT block in PyTorch,
-    cutting the block's kn program in pieces (torch's own decompositions give `prims` ops)."""
+    cutting the block's kn program in pieces (torch's own decompositions give `prims` ops);
+    and `split` / `split_with_sizes` as slices (torch's: `as_strided`), which `slice_push`
+    moves onto the weights of the projection they split."""
     import torch
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
@@ -546,9 +566,19 @@ def _decompositions() -> dict:
         var = aten.div.Scalar(var, max(0, n - (1 if correction is None else correction)))
         return var, (mean if keepdim else aten.view.default(mean, list(var.shape)))
 
+    def split_with_sizes(x, sizes, dim=0):
+        starts = np.cumsum([0] + list(sizes))
+        return [aten.slice.Tensor(x, dim, int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]
+
+    def split(x, size, dim=0):
+        n = x.shape[dim]
+        return split_with_sizes(x, [min(size, n - a) for a in range(0, n, size)], dim)
+
     table = dict(get_decomposition_table())
     table[aten.var_mean.correction] = var_mean
     table[aten.var.correction] = lambda *a, **k: var_mean(*a, **k)[0]
+    table[aten.split_with_sizes.default] = split_with_sizes  # torch's: as_strided
+    table[aten.split.Tensor] = split
     return table
 
 
@@ -660,7 +690,7 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
     gm = ep.graph_module
     weight_inputs = {spec.arg.name for spec, a in zip(_user_specs(ep), _flat_args(ep, example_inputs))
                      if isinstance(a, torch.nn.Parameter)}
-    removed = cleanup(gm)
+    removed = cleanup(gm) + push_slices(gm)
     elided, sandwich = [], {}
     if allow_fp32_upcast_elision:
         elided = elide_fp32_upcasts(gm)
