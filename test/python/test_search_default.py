@@ -69,6 +69,56 @@ def test_row_seeds_replay_layernorm():
     assert row_seeds(ref, make_config("rows")) == []
 
 
+def test_a_lax_subprogram_gets_the_split_baseline_too():
+    # GPT-2's first kn segment, small: LayerNorm, a projection and the scores, then the
+    # softmax. The program's preset is attention (no split), and its reduce_max is a Lax
+    # barrier; the subprogram before it (norm and matmuls) is cut where the norm enters
+    # the matmul, as a program of its own would be: the norm fuses into one kernel
+    # (searched whole, its 16 ops stayed 16 kernels)
+    from programs import EPS, _layernorm_np, _mean
+
+    g = mi.new_kernel_graph("ln_scores")
+    x, gamma, beta, wq, kt = (g.new_input(s) for s in [(16, 64), (64,), (64,), (64, 32), (32, 16)])
+    xc = g.sub(x, _mean(g, x, 64))
+    y = g.add(g.mul(g.mul(xc, g.rsqrt(g.add(_mean(g, g.square(xc), 64), g.constant(EPS, (1, 1))))), gamma), beta)
+    s = g.matmul(g.matmul(y, wq), kt)
+    e = g.exp(g.sub(s, g.reduce_max(s, 1)))
+    g.mark_output(g.div(e, g.reduction(e, 1)))
+    assert auto_config(g)[0] == "attention"
+    res = superoptimize(g, measure=False, workers=2, time_limit=60)
+    best = res.candidates[0]
+    assert best.verification.startswith("equivalent"), best.verification
+    assert kernels(best.graph) <= 5, res.report()  # norm, 2 matmuls, reduce_max, softmax's rest
+    rng = np.random.default_rng(8)
+    xs = [rng.standard_normal(t.shape) for t in g.inputs]
+    q = (_layernorm_np(*xs[:3]) @ xs[3]) @ xs[4]
+    p = np.exp(q - q.max(1, keepdims=True))
+    assert close(best.graph.evaluate(xs)[0], p / p.sum(1, keepdims=True))
+
+
+def test_residual_add_and_its_layernorm_replay_in_one_kernel():
+    # a pre-norm block's residual: h = x + a, and LayerNorm(h); both are outputs (h feeds
+    # the next residual). The row seed saves both: one kernel, not the 14 of the ops
+    from programs import EPS, _layernorm_np, _mean
+
+    g = mi.new_kernel_graph("add_layernorm")
+    x, a, gamma, beta = (g.new_input(s) for s in [(32, 256), (32, 256), (256,), (256,)])
+    h = g.add(x, a)
+    hc = g.sub(h, _mean(g, h, 256))
+    y = g.add(g.mul(g.mul(hc, g.rsqrt(g.add(_mean(g, g.square(hc), 256), g.constant(EPS, (1, 1))))), gamma), beta)
+    g.mark_output(h)
+    g.mark_output(y)
+    # the seed is ranked before the enumeration runs: a short limit cuts only the latter
+    res = superoptimize(g, measure=False, workers=2, time_limit=8)
+    best = res.candidates[0]
+    assert best.verification.startswith("equivalent"), best.verification
+    assert [op.kind for op in best.graph.ops if op.kind != "constant"] == ["graph_def"], res.report()
+    rng = np.random.default_rng(9)
+    xs = [rng.standard_normal(t.shape) for t in g.inputs]
+    got = best.graph.evaluate(xs)
+    assert close(got[0], xs[0] + xs[1]) and close(got[1], _layernorm_np(xs[0] + xs[1], xs[2], xs[3]))
+
+
 def test_split_partition_cuts_computed_matmul_operands():
     ref = PROGRAMS["rmsnorm_gated_mlp_silu"].reference("small")
     units, bars = subprograms(ref, "split")

@@ -762,7 +762,8 @@ def _strategy(ref, cfg, verbose, device, preset, config, t0) -> SearchResult:
     if split and base.stats.stopped == "interrupted":
         res = base
     elif needs_partition(ref, cfg.partition):
-        res = partitioned_search(ref, cfg_whole, verbose, device, preset, _search)
+        res = partitioned_search(ref, cfg_whole, verbose, device, preset,
+                                 lambda sub, scfg, v, d: _subprogram(sub, scfg, v, d, preset))
         # a row program may fuse whole although a barrier split it (softmax's reduce_max)
         seeds = _seeds(ref, cfg, device)
         if seeds and res.stats.stopped != "interrupted":
@@ -773,6 +774,19 @@ def _strategy(ref, cfg, verbose, device, preset, config, t0) -> SearchResult:
     if split:
         res = _merged(res, base)
     return res
+
+
+def _subprogram(sub, cfg, verbose, device, preset) -> SearchResult:
+    """The search of a Lax subprogram (`partitioned_search`): as `_strategy` searches a
+    program, so that a default call has the split baseline inside it too (a GPT-2 block's
+    first subprogram is its LayerNorm and the q, k, v projections: searched whole, 17 ops
+    stayed 17 kernels; the norm alone fuses into one)."""
+    if preset != "auto" or needs_partition(sub, "auto"):  # (no Lax partition inside: none again)
+        return _search(sub, cfg, verbose, device)
+    from .config import auto_config
+
+    return _strategy(sub, cfg.with_(partition="auto"), verbose, device, preset, auto_config(sub)[0],
+                     time.monotonic())
 
 
 def _seeds(ref, cfg, device, pro=None, pruned=None) -> dict:
