@@ -119,6 +119,39 @@ def test_residual_add_and_its_layernorm_replay_in_one_kernel():
     assert close(got[0], xs[0] + xs[1]) and close(got[1], _layernorm_np(xs[0] + xs[1], xs[2], xs[3]))
 
 
+def _gelu_tanh(g, x):
+    """GPT-2's `gelu_new` as the PyTorch import writes it (tanh as 2 sigmoid(2y) - 1)."""
+    def c(v):
+        return g.constant(v, (1, 1))
+
+    inner = g.mul(g.add(x, g.mul(g.mul(g.square(x), x), c(0.044715))), c(0.7978845608))
+    th = g.sub(g.mul(g.sigmoid(g.mul(inner, c(2.0))), c(2.0)), c(1.0))
+    return g.mul(g.mul(x, c(0.5)), g.add(th, c(1.0)))
+
+
+def _gelu_tanh_np(x):
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))
+
+
+def test_gelu_tanh_is_one_chain_and_fuses_after_its_matmul():
+    # the tanh GELU reads x four times: one chain block op (13 ops), so the block-graph DFS
+    # reaches matmul -> bias -> GELU in one kernel (as 13 ops it stopped at the matmul)
+    from mirage.search.generator import constant_chains
+
+    g = mi.new_kernel_graph("linear_gelu_tanh")
+    x, w, b = (g.new_input(s) for s in [(32, 64), (64, 128), (1, 128)])
+    g.mark_output(_gelu_tanh(g, g.add(g.matmul(x, w), b)))
+    (chain,) = constant_chains(g)
+    assert len(chain) == 12 and [k for k, _ in chain].count("sigmoid") == 1
+    res = superoptimize(g, measure=False, workers=2, time_limit=10)
+    best = res.candidates[0]
+    assert best.verification.startswith("equivalent"), best.verification
+    assert kernels(best.graph) == 1, res.report()
+    rng = np.random.default_rng(10)
+    xs = [rng.standard_normal(t.shape) for t in g.inputs]
+    assert close(best.graph.evaluate(xs)[0], _gelu_tanh_np(xs[0] @ xs[1] + xs[2]))
+
+
 def test_split_partition_cuts_computed_matmul_operands():
     ref = PROGRAMS["rmsnorm_gated_mlp_silu"].reference("small")
     units, bars = subprograms(ref, "split")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from ..core.graph import KNGraph, TBGraph
+from .generator import build_chain
 from .threadgraph import fuse_thread_graphs
 
 
@@ -53,14 +54,7 @@ def build_ops(g: KNGraph, tensors: list, ops, thread_graphs: bool = True) -> lis
                 elif kind == "constant":
                     tiles.append(tb.constant(ad["value"], ad["shape"]))
                 elif kind == "chain":  # the reference's constant chain (generator.constant_chains)
-                    y = xs[0]
-                    for k2, pos, value, cshape in ad["steps"]:
-                        if pos < 0:
-                            y = getattr(tb, k2)(y)
-                        else:
-                            c = tb.constant(value, cshape)
-                            y = getattr(tb, k2)(*((y, c) if pos == 1 else (c, y)))
-                    tiles.append(y)
+                    tiles.append(build_chain(tb, ad["steps"], xs[0]))
                 else:  # attributes by name (a reduction's dim, mul_scalar's scalar, clamp's bounds)
                     tiles.append(getattr(tb, kind)(*xs, **ad))
             for k, omap in omaps:

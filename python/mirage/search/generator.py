@@ -1140,76 +1140,121 @@ class _BlockCtx:
 
 
 def constant_chains(ref) -> list:
-    """Maximal chains of element-wise reference ops whose other operands are constants
-    (`mul(t, c1) -> add(., eps) -> rsqrt(.)`), holding at least one constant: each is
-    one block op `chain` (the constants are block-level operands, built as
-    `tb.constant`). Steps: (kind, constant position or -1, value, shape)."""
+    """The element-wise subprograms of the reference over one tensor and constants, holding
+    at least one constant: a chain (`mul(t, c1) -> add(., eps) -> rsqrt(.)`) or a DAG that
+    reads t several times (GELU's tanh form, `0.5 t (1 + tanh(c (t + 0.044715 t^3)))`:
+    13 ops, past what the block-graph DFS reaches after a matmul). Each is one block op
+    `chain` (the constants are block-level operands, built as `tb.constant`). Maximal: an
+    op's region grows through the element-wise ops that make its operands while every use
+    of what they make stays inside and the region reads one tensor besides constants; one
+    inside a larger region of its only user is not listed apart. Steps in the reference's
+    order: (kind, operands), an operand 0 for t, k for step k-1's result, or ("c", value,
+    shape) for a constant."""
     const = {id(op.outputs[0]): op for op in ref.ops if op.kind == "constant"}
     users: dict = {}
     producer = {}
-    for op in ref.ops:
+    order = {}
+    for k, op in enumerate(ref.ops):
+        order[id(op)] = k
         for t in op.inputs:
             users.setdefault(id(t), []).append(op)
         for t in op.outputs:
             producer[id(t)] = op
     outs = {id(t) for t in ref.outputs}
 
-    def step(op):
-        if op.kind not in ELEMENTWISE or not op.outputs:
+    def ew(op):
+        return op is not None and op.kind in ELEMENTWISE and not op.attrs and len(op.outputs) == 1
+
+    def region(end):
+        """(ops, the tensor read) of the largest region ending at `end` that reads one
+        tensor besides constants, or None."""
+        best, seen, work = None, {}, [end]
+        while work:  # the tensors read on element-wise paths into `end`: each a candidate
+            o = work.pop()
+            for x in o.inputs:
+                if id(x) not in const and id(x) not in seen:
+                    seen[id(x)] = x
+                    if ew(producer.get(id(x))):
+                        work.append(producer[id(x)])
+        for t in seen.values():
+            ops, stack, ok = {}, [end], True
+            while stack and ok:
+                o = stack.pop()
+                if id(o) in ops:
+                    continue
+                ops[id(o)] = o
+                for x in o.inputs:
+                    if id(x) in const or x is t:
+                        continue
+                    p = producer.get(id(x))
+                    ok = ok and ew(p) and id(x) not in outs
+                    stack.append(p)
+            if ok and all(id(u) in ops for o in ops.values() if o is not end for u in users[id(o.outputs[0])]) \
+                    and (best is None or len(ops) > len(best[0])):
+                best = (ops, t)
+        if best is None:
             return None
-        nc = [k for k, t in enumerate(op.inputs) if id(t) not in const]
-        if len(nc) != 1:
-            return None
-        if len(op.inputs) == 1:
-            return (op.kind, -1, 0.0, ())
-        c = const[id(op.inputs[1 - nc[0]])]
-        return (op.kind, 1 - nc[0], float(c.attrs["value"]), tuple(c.attrs["shape"]))
+        return sorted(best[0].values(), key=lambda op: order[id(op)]), best[1]
 
     out = []
     for op in ref.ops:
-        st = step(op)
-        if st is None:
+        if not ew(op):
             continue
-        x = op.inputs[[k for k, t in enumerate(op.inputs) if id(t) not in const][0]]
-        prev = producer.get(id(x))
-        if prev is not None and step(prev) is not None and len(users.get(id(x), [])) == 1:
-            continue  # not the start of a chain
-        steps = [st]
-        cur = op
-        while True:
-            us = users.get(id(cur.outputs[0]), [])
-            if len(us) != 1 or step(us[0]) is None or id(cur.outputs[0]) in outs:
-                break
-            cur = us[0]
-            steps.append(step(cur))
-        if any(s[1] >= 0 for s in steps) and tuple(steps) not in out:
-            out.append(tuple(steps))
+        r = region(op)
+        if r is None:
+            continue
+        us = users.get(id(op.outputs[0]), [])
+        if len(us) == 1 and ew(us[0]) and id(op.outputs[0]) not in outs:
+            up = region(us[0])
+            if up is not None and any(o is op for o in up[0]):
+                continue  # inside its user's region
+        ops, t = r
+        ref_of = {id(t): 0}
+        steps = []
+        for o in ops:
+            steps.append((o.kind, tuple(ref_of[id(x)] if id(x) in ref_of else
+                                        ("c", float(const[id(x)].attrs["value"]), tuple(const[id(x)].attrs["shape"]))
+                                        for x in o.inputs)))
+            ref_of[id(o.outputs[0])] = len(steps)
+        steps = tuple(steps)
+        if any(isinstance(a, tuple) for _, args in steps for a in args) and steps not in out:
+            out.append(steps)
     return out
 
 
+def _chain_values(steps, x, const, apply):
+    """The value of a chain on `x`: `const(value, shape)` makes a constant operand,
+    `apply(kind, operands)` a step."""
+    vals = [x]
+    for kind, args in steps:
+        vals.append(apply(kind, [vals[a] if isinstance(a, int) else const(a[1], a[2]) for a in args]))
+    return vals[-1]
+
+
 def chain_shape(steps, shape) -> tuple:
-    """The shape of a constant chain applied to a tile (its own: a constant that would
-    broadcast the tile is a ShapeError)."""
-    for kind, pos, value, cshape in steps:
-        if pos >= 0:
-            shs = [shape, cshape] if pos == 1 else [cshape, shape]
-            if tuple(O.OPS[kind].shape(shs, {})) != tuple(shape):
-                raise O.ShapeError("a chain constant broadcasts the tile")
-    return tuple(shape)
+    """The shape of a chain applied to a tile (its own: a constant that would broadcast the
+    tile is a ShapeError)."""
+    shape = tuple(shape)
+
+    def step(kind, shs):
+        if tuple(O.OPS[kind].shape(list(shs), {})) != shape:
+            raise O.ShapeError("a chain constant broadcasts the tile")
+        return shape
+
+    return _chain_values(steps, shape, lambda v, cshape: tuple(cshape), step)
 
 
 def chain_apply(T, steps, shape, e):
-    """(shape, abstract expression) of a constant chain applied to a tile."""
+    """(shape, abstract expression) of a chain applied to a tile."""
     shape = chain_shape(steps, shape)
-    for kind, pos, value, cshape in steps:
-        d = O.OPS[kind]
-        if pos < 0:
-            e = d.absexpr(T, [e], [shape], {})
-            continue
-        shs = [shape, cshape] if pos == 1 else [cshape, shape]
-        es = [e, T.const()] if pos == 1 else [T.const(), e]
-        e = d.absexpr(T, es, shs, {})
-    return shape, e
+    e = _chain_values(steps, (e, shape), lambda v, cshape: (T.const(), tuple(cshape)),
+                      lambda kind, xs: (O.OPS[kind].absexpr(T, [x[0] for x in xs], [x[1] for x in xs], {}), shape))
+    return shape, e[0]
+
+
+def build_chain(tb, steps, x):
+    """The tile of a chain applied to tile `x` in block graph `tb`, as its ops."""
+    return _chain_values(steps, x, tb.constant, lambda kind, xs: getattr(tb, kind)(*xs))
 
 
 def _out_classes(kind, xs, shape, ad):
