@@ -152,6 +152,20 @@ def test_gelu_tanh_is_one_chain_and_fuses_after_its_matmul():
     assert close(best.graph.evaluate(xs)[0], _gelu_tanh_np(xs[0] @ xs[1] + xs[2]))
 
 
+def test_a_long_element_wise_chain_is_cut_at_chain_ops():
+    # the search for a chain's region is quadratic in it: bounded (a 400-op chain took 29 s)
+    from mirage.search.generator import CHAIN_OPS, constant_chains
+
+    g = mi.new_kernel_graph("long_chain")
+    v = g.new_input((16, 64))
+    for k in range(60):
+        v = g.sigmoid(g.mul(v, g.constant(0.5 + k, (1, 1))))
+    g.mark_output(v)
+    chains = constant_chains(g)
+    assert chains and all(len(c) <= CHAIN_OPS for c in chains)
+    assert len(chains[-1]) == CHAIN_OPS  # the last CHAIN_OPS ops, ending at the output
+
+
 def test_split_partition_cuts_computed_matmul_operands():
     ref = PROGRAMS["rmsnorm_gated_mlp_silu"].reference("small")
     units, bars = subprograms(ref, "split")

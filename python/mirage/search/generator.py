@@ -1139,15 +1139,20 @@ class _BlockCtx:
         return g._push(self.st, op, new, self.I)
 
 
+# the ops of one chain at most (`constant_chains`): the search for a chain's region is
+# quadratic in it (a 400-op element-wise chain took 29 s whole; GELU's tanh form is 12)
+CHAIN_OPS = 32
+
+
 def constant_chains(ref) -> list:
     """The element-wise subprograms of the reference over one tensor and constants, holding
     at least one constant: a chain (`mul(t, c1) -> add(., eps) -> rsqrt(.)`) or a DAG that
     reads t several times (GELU's tanh form, `0.5 t (1 + tanh(c (t + 0.044715 t^3)))`:
     13 ops, past what the block-graph DFS reaches after a matmul). Each is one block op
-    `chain` (the constants are block-level operands, built as `tb.constant`). Maximal: an
-    op's region grows through the element-wise ops that make its operands while every use
-    of what they make stays inside and the region reads one tensor besides constants; one
-    inside a larger region of its only user is not listed apart. Steps in the reference's
+    `chain` (the constants are block-level operands, built as `tb.constant`). An op's
+    region: the most ops (CHAIN_OPS at most) on the element-wise paths into it from one
+    tensor t, reading nothing else but constants, whose values are used only inside; an op
+    inside the region of its only user is not listed apart. Steps in the reference's
     order: (kind, operands), an operand 0 for t, k for step k-1's result, or ("c", value,
     shape) for a constant."""
     const = {id(op.outputs[0]): op for op in ref.ops if op.kind == "constant"}
@@ -1168,9 +1173,10 @@ def constant_chains(ref) -> list:
     def region(end):
         """(ops, the tensor read) of the largest region ending at `end` that reads one
         tensor besides constants, or None."""
-        best, seen, work = None, {}, [end]
-        while work:  # the tensors read on element-wise paths into `end`: each a candidate
-            o = work.pop()
+        best, seen, work, n = None, {}, [end], 0
+        while work and n < CHAIN_OPS:  # the tensors read on element-wise paths into `end`, nearest
+            o = work.pop(0)            # first: each a candidate
+            n += 1
             for x in o.inputs:
                 if id(x) not in const and id(x) not in seen:
                     seen[id(x)] = x
@@ -1183,6 +1189,7 @@ def constant_chains(ref) -> list:
                 if id(o) in ops:
                     continue
                 ops[id(o)] = o
+                ok = len(ops) <= CHAIN_OPS
                 for x in o.inputs:
                     if id(x) in const or x is t:
                         continue
