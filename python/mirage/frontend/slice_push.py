@@ -80,7 +80,7 @@ class _Pusher:
 
         if t in _VIEWS and keeps_last(y.args[0]):
             return self._node(before, y.target, (self.push(before, y.args[0], a, b), list(out.shape)), out)
-        if t in _PRODUCTS and _val(y.args[1]).dim() >= 2 and keeps_last(y.args[1]):
+        if t in _PRODUCTS and keeps_last(y.args[1]) and _val(y.args[1]).dim() >= 2:
             x, w = y.args[:2]
             return self._node(before, y.target, (x, self.slice(before, w, a, b)), out)
         if t == "aten.addmm.default" and not y.kwargs and len(y.args) == 3:

@@ -141,7 +141,7 @@ class ImportResult:
     module: Any = None
     elided: list = field(default_factory=list)  # fp32 upcast sandwiches imported at half precision
     # before partitioning: no-op nodes removed (fx_cleanup), slices moved onto weights (slice_push)
-    removed: list = field(default_factory=list)
+    rewritten: list = field(default_factory=list)
 
     @property
     def fully_converted(self) -> bool:
@@ -209,7 +209,7 @@ class ImportResult:
         lines.append(f"import: {ng} kn segment(s), {len(self.offloaded)} op(s) left to PyTorch")
         for e in self.elided:
             lines.append(f"  not exact: {e}")
-        for r in self.removed:
+        for r in self.rewritten:
             lines.append(f"  rewritten: {r}")
         for s in self.segments:
             if s.graph is not None:
@@ -690,7 +690,7 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
     gm = ep.graph_module
     weight_inputs = {spec.arg.name for spec, a in zip(_user_specs(ep), _flat_args(ep, example_inputs))
                      if isinstance(a, torch.nn.Parameter)}
-    removed = cleanup(gm) + push_slices(gm)
+    rewritten = cleanup(gm) + push_slices(gm)
     elided, sandwich = [], {}
     if allow_fp32_upcast_elision:
         elided = elide_fp32_upcasts(gm)
@@ -787,7 +787,7 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
     program = _make_program(ep, fused, segments, module)
     res = ImportResult(graphs, infos, offloaded, program, ep, module)
     res.elided = elided
-    res.removed = removed
+    res.rewritten = rewritten
     return res
 
 
