@@ -317,7 +317,9 @@ def fold_state_layout(graph: KNGraph, bindings: list, arg_map: list, weight_inpu
     for o in graph.outputs:
         if id(o) in virt:
             need(virt[id(o)])
-    for k, t in enumerate(graph.inputs):  # inputs not bound to state, or unused but lifted constants: keep
+    # keep inputs not bound to state, and unused state inputs (not lifted constants: a selection
+    # matrix whose slice was folded into a weight's binding is dropped)
+    for k, t in enumerate(graph.inputs):
         if not state(bindings[k]) or (bindings[k].value is None and not any(key[0] == k for key in needed)):
             need((k, ()))
     if not folded_ops:

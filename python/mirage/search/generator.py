@@ -1203,16 +1203,23 @@ def constant_chains(ref) -> list:
             return None
         return sorted(best[0].values(), key=lambda op: order[id(op)]), best[1]
 
+    regions: dict = {}  # id(op) -> region(op): an op's is asked for again as its producers' user's
+
+    def region_of(op):
+        if id(op) not in regions:
+            regions[id(op)] = region(op)
+        return regions[id(op)]
+
     out = []
     for op in ref.ops:
         if not ew(op):
             continue
-        r = region(op)
+        r = region_of(op)
         if r is None:
             continue
         us = users.get(id(op.outputs[0]), [])
         if len(us) == 1 and ew(us[0]) and id(op.outputs[0]) not in outs:
-            up = region(us[0])
+            up = region_of(us[0])
             if up is not None and any(o is op for o in up[0]):
                 continue  # inside its user's region
         ops, t = r
