@@ -176,6 +176,37 @@ def test_split_partition_cuts_computed_matmul_operands():
     assert len(subprograms(ref, "auto")[0]) == 1
 
 
+def _rmsnorm(g, h, n):
+    """RMSNorm as the PyTorch import writes LLaMA's: h * rsqrt(mean(h^2) + eps) * w."""
+    ms = g.mul(g.reduction(g.square(h), 1), g.constant(1.0 / n, (1, 1)))
+    return g.mul(g.mul(h, g.rsqrt(g.add(ms, g.constant(1e-6, (1, 1))))), g.new_input((n,)))
+
+
+def test_split_partition_cuts_a_projection_from_the_norm_after_it():
+    # a decoder layer's o_proj, residual add, RMSNorm, next projection: searched with the
+    # matmul, the add and norm (8 ops) stayed 8 kernels; cut off, the row seed fuses them
+    g = mi.new_kernel_graph("proj_residual_rmsnorm_proj")
+    x, w, r = g.new_input((32, 64)), g.new_input((64, 128)), g.new_input((32, 128))
+    h = g.add(g.matmul(x, w), r)
+    y = _rmsnorm(g, h, 128)
+    w2 = g.new_input((128, 64))
+    g.mark_output(h)
+    g.mark_output(g.matmul(y, w2))
+    units, bars = subprograms(g, "split")
+    kinds = [[g.ops[k].kind for k in u[1]] if u[0] == "sub" else [g.ops[u[1]].kind] for u in units]
+    assert ["matmul"] in kinds and any("reduction" in k and "matmul" not in k for k in kinds), kinds
+    res = superoptimize(g, measure=False, workers=2, time_limit=20)
+    best = res.candidates[0]
+    assert best.verification.startswith("equivalent"), best.verification
+    assert kernels(best.graph) <= 3, res.report()
+    rng = np.random.default_rng(11)
+    xs = [rng.standard_normal(t.shape) for t in g.inputs]
+    hh = xs[0] @ xs[1] + xs[2]
+    yy = hh / np.sqrt((hh ** 2).mean(axis=1, keepdims=True) + 1e-6) * xs[3]
+    got = best.graph.evaluate(xs)
+    assert close(got[0], hh) and close(got[1], yy @ xs[4])
+
+
 def test_batch_classes_split_into_tiles_of_one():
     # 32 independent attention problems: the attention preset keeps classes of extent in
     # (16, 128) whole (head dims), but a batch class may still be split over the grid

@@ -75,12 +75,34 @@ def barriers(ref: KNGraph, mode: str = "auto") -> set:
 
 def cuts(ref: KNGraph, mode: str, bars: set) -> set:
     """Edges (producer, consumer) between op indices that `mode` cuts: with "split", a
-    computed tensor entering a matmul as an operand."""
+    computed tensor entering a matmul as an operand, and a matmul's result entering ops
+    that lead to a reduction without passing a matmul or a barrier (a residual add and the
+    norm after a projection: a row program, which the row seeds fuse whole; searched with
+    the matmul, Mistral's down projection, add and RMSNorm stayed 9 kernels)."""
     if mode != "split":
         return set()
     producer = {id(t): k for k, op in enumerate(ref.ops) for t in op.outputs}
-    return {(producer[id(t)], k) for k, op in enumerate(ref.ops) if op.kind == "matmul"
-            for t in op.inputs if id(t) in producer and producer[id(t)] not in bars}
+    out = {(producer[id(t)], k) for k, op in enumerate(ref.ops) if op.kind == "matmul"
+           for t in op.inputs if id(t) in producer and producer[id(t)] not in bars}
+    users: dict = {}
+    for k, op in enumerate(ref.ops):
+        for t in op.inputs:
+            if id(t) in producer:
+                users.setdefault(producer[id(t)], []).append(k)
+    reduces: dict = {}  # op index -> whether a reduction follows it within one row region
+
+    def leads_to_reduction(k: int) -> bool:
+        if k not in reduces:
+            op = ref.ops[k]
+            reduces[k] = k not in bars and op.kind != "matmul" and (
+                op.kind == "reduction" or any(leads_to_reduction(u) for u in users.get(k, [])))
+        return reduces[k]
+
+    for k in reversed(range(len(ref.ops))):  # consumers first: no deep recursion
+        leads_to_reduction(k)
+    out |= {(p, k) for p, op in enumerate(ref.ops) if op.kind == "matmul" and p not in bars
+            for k in users.get(p, []) if reduces[k]}
+    return out
 
 
 def subprograms(ref: KNGraph, mode: str = "auto"):
