@@ -11,6 +11,8 @@ import os
 import re
 import sys
 
+from math import prod
+
 import numpy as np
 import pytest
 
@@ -121,6 +123,8 @@ def test_rms_norm(shape, ns):
     (lambda g, a: g.transpose(a, (0, 2, 1)), [(2, 64, 4096)]),
     (lambda g, a: g.reshape(a, (16, 2, 512)), [(32, 512)]),
     (lambda g, a: g.reshape(a, (7, 6)), [(3, 14)]),
+    (lambda g, a: g.reshape(a, (1, 12, 128, 64)), [(12, 128, 64)]),  # leading unit dims: split all the same
+    (lambda g, a: g.reshape(a, (1, 128, 768)), [(1, 128, 12, 64)]),
     (lambda g, a: g.repeat(a, (1, 4, 1)), [(2, 8, 64)]),
     (lambda g: g.constant(0.125, (1, 1, 1)), []),
     (lambda g: g.constant(2.0, (64, 128)), []),
@@ -129,6 +133,13 @@ def test_rms_norm(shape, ns):
 ])
 def test_layout_ops_and_constants(build, shapes):
     same(one(build, *shapes), np.random.default_rng(6))
+
+
+def test_reshape_behind_unit_dims_is_split_over_blocks():
+    # GPT-2's attention output (1, 128, 12, 64) -> (1, 128, 768) at fp16: split on dim 0
+    # alone, one block held it whole (384 KB of shared memory with the input's tile)
+    tb = default_block_graph(one(lambda g, a: g.reshape(a, (1, 128, 768)), (1, 128, 12, 64)).ops[0])
+    assert prod(tb.grid_dim) > 1 and prod(tb.inputs[0].stensor.shape) * prod(tb.grid_dim) == 128 * 768
 
 
 def test_copy():

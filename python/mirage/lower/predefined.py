@@ -276,18 +276,22 @@ def _repeat(op: Op) -> TBGraph:
 
 
 def _reshape(op: Op) -> TBGraph:
-    """Split dim 0 of input and output alike: block k holds the same contiguous range of
-    elements of both, so the tile reshape is the tensor reshape."""
+    """Split the first non-unit dim of input and output alike: block k holds the same
+    contiguous range of elements of both, so the tile reshape is the tensor reshape.
+    (Dim 0 alone held GPT-2's (1, 128, 12, 64) -> (1, 128, 768) whole in one block: 384 KB
+    of shared memory at fp16, more than an SM has.)"""
     a = op.inputs[0]
     out = op.outputs[0].shape
-    per_row = prod(out) // out[0]
-    common = gcd(a.shape[0], out[0])
-    p = next((p for p in _divisors(common) if per_row * (out[0] // p) <= ELEMWISE_TILE), common)
-    lay = _Layout([(0, p)] if p > 1 else [])
+    da = next((d for d, n in enumerate(a.shape) if n != 1), 0)
+    do = next((d for d, n in enumerate(out) if n != 1), 0)
+    per_row = prod(out) // out[do]
+    common = gcd(a.shape[da], out[do])
+    p = next((p for p in _divisors(common) if per_row * (out[do] // p) <= ELEMWISE_TILE), common)
+    lay = _Layout([(do, p)] if p > 1 else [])
     tb = lay.new_graph()
-    imap, fd = lay.imap(lambda k: k)
+    imap, fd = lay.imap(lambda k: da)
     t = tb.new_input(a, input_map=imap, forloop_dim=fd)
-    return _finish(tb, tb.reshape(t, (out[0] // p,) + tuple(out[1:])), lay)
+    return _finish(tb, tb.reshape(t, tuple(n // p if d == do else n for d, n in enumerate(out))), lay)
 
 
 def default_block_graph(op: Op, sms: int = DEFAULT_TARGET.sms) -> TBGraph:
