@@ -431,6 +431,37 @@ def test_save_load_keeps_cut_weights(tmp_path):
     assert any(torch.equal(t, gate) for t in calls[0])
 
 
+class HalfQKVNorm(nn.Module):
+    """A pre-norm fused projection at fp16 (GPT-2's ln_1 and c_attn): on the CPU, torch
+    exports the half LayerNorm as f32 ops whose weight multiplies by type promotion, and
+    the half `addmm` as an f32 matmul between casts."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.ln(x)).split(x.shape[-1], dim=-1)
+        return q * k + v
+
+
+def test_half_norm_and_split_projection_import_whole():
+    torch.manual_seed(12)
+    m = HalfQKVNorm().half().eval()
+    with torch.no_grad():  # weights away from 1 and 0: a dropped gain or bias shows
+        m.ln.weight.uniform_(0.5, 1.5)
+        m.ln.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(2, 8, 32).half()
+    res = mt.import_module(m, [x], allow_fp32_upcast_elision=True)
+    assert res.fully_converted, res.report()
+    assert {b.kind for b in res.bindings} == {"input", "parameter"}, res.report()  # no selection matrix
+    assert sum(op.kind == "matmul" for op in res.graph.ops) == 3
+    (got,) = res.graph.evaluate(res.graph_inputs(x))  # the same real function as the module
+    want = copy.deepcopy(m).double()(x.double()).detach().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+
+
 def test_fp32_upcast_elision_is_opt_in():
     torch.manual_seed(11)
     m = GatedMLP(32, 64).half()

@@ -7,7 +7,7 @@ as the projection itself, and without our `split` decomposition the split stayed
 PyTorch, cutting the gated MLP apart. But a column slice of `x @ W + b` is
 `x @ W[:, a:b] + b[a:b]`: here each last-dim slice of a value whose every user is such a
 slice is moved up through the ops that keep that dim (a view that keeps it, `mm`,
-`addmm`, `bmm`, element-wise ops such as a bias `add`) onto the weight and the bias, and
+`addmm`, `bmm`, element-wise ops such as a bias `add`, a dtype cast) onto the weight and the bias, and
 the full product is no longer computed. A slice of a parameter then folds into its binding
 (`torch_import.fold_state_layout`): the kernels receive the weight's columns, cut once.
 Exact: every rule computes the same elements.
@@ -87,6 +87,9 @@ class _Pusher:
             c, x, w = y.args
             c = self.push(before, c, a, b) if keeps_last(c) else c
             return self._node(before, y.target, (c, x, self.slice(before, w, a, b)), out)
+        if t == "prims.convert_element_type.default" and keeps_last(y.args[0]):
+            # (a half-precision `addmm` exported on the CPU computes in f32 between casts)
+            return self._node(before, y.target, (self.push(before, y.args[0], a, b),) + tuple(y.args[1:]), out)
         if t in _ELEMENTWISE and len(y.args) == 2 and not y.kwargs:
             # an operand broadcast along the last dim (a scalar, size 1) is taken whole
             ins = tuple(self.push(before, x, a, b) if keeps_last(x) else x for x in y.args)

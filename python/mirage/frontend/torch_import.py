@@ -396,7 +396,8 @@ def find_upcast_sandwiches(gm) -> list:
     upcast nodes (`ups`), the float32 ops (`ops`), the downcasts (`downs`) and the half
     dtype. A region is the connected set of float32 ops reached from an upcast through
     uses and operands; it qualifies when every op in it is in `_ELIDABLE`, every tensor
-    operand of its ops is in the region or an upcast from the same half type, and every
+    operand of its ops is in the region, an upcast from the same half type or a tensor of
+    that type (PyTorch promotes it: `f32 * f16` is f32), and every
     use of its values is in the region or a downcast back to that type."""
     import torch
 
@@ -425,6 +426,8 @@ def find_upcast_sandwiches(gm) -> list:
                     work.append(u)
                     continue
                 v = u.meta.get("val")
+                if u not in n.users and isinstance(v, torch.Tensor) and v.dtype == low:
+                    continue  # an operand promoted implicitly (a half LayerNorm's weight times f32)
                 if u.op != "call_function" or str(u.target) not in _ELIDABLE or \
                         not isinstance(v, torch.Tensor) or v.dtype != torch.float32 or unsupported_reason(u):
                     ok = False
