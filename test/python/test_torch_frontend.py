@@ -164,6 +164,31 @@ def test_split_projection_becomes_projections_of_the_weights_columns(cls, shape)
     assert calls[1][i] is calls[0][i]
 
 
+class SharedWeightView(nn.Module):
+    """Two column slices of one transposed weight, used on both sides of an op left to
+    PyTorch (cumsum): two kn segments."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(2 * d, d))
+
+    def forward(self, x):
+        w, d = self.w.t(), x.shape[-1]
+        return torch.cumsum(x @ w[:, :d], -1) @ w[:, d:]
+
+
+def test_each_segment_folds_its_own_view_of_a_weight():
+    torch.manual_seed(14)
+    m = SharedWeightView()
+    x = torch.randn(4, 16)
+    res = mt.import_module(m, [x])
+    segs = list(res.program.segments.values())
+    assert len(segs) == 2, res.report()
+    # no selection matrix: each segment's weight is the parameter's columns, cut at binding
+    assert all(a[0] != "const" for s in segs for a in s.arg_map), res.report()
+    np.testing.assert_allclose(res.program(x).detach().numpy(), m(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_a_slice_of_a_value_used_whole_stays_a_selection():
     lin = nn.Linear(16, 32)
 

@@ -9,7 +9,9 @@ PyTorch, cutting the gated MLP apart. But a column slice of `x @ W + b` is
 slice is moved up through the ops that keep that dim (a view that keeps it, `mm`,
 `addmm`, `bmm`, element-wise ops such as a bias `add`, a dtype cast) onto the weight and the bias, and
 the full product is no longer computed. A slice of a parameter then folds into its binding
-(`torch_import.fold_state_layout`): the kernels receive the weight's columns, cut once.
+(`torch_import.fold_state_layout`): the kernels receive the weight's columns, cut once; for
+that, each user of a view of a parameter gets its own chain of views (`localize_state_views`),
+so that a segment never receives a weight's view from another segment.
 Exact: every rule computes the same elements.
 """
 from __future__ import annotations
@@ -122,3 +124,34 @@ def push_slices(gm) -> list[str]:
     gm.graph.lint()
     gm.recompile()
     return [f"{moved} slice(s) of a projection's output moved onto its weight"]
+
+
+_STATE_VIEWS = _VIEWS + ("aten.permute.default", "aten.t.default", "aten.transpose.int", "aten.slice.Tensor")
+
+
+def localize_state_views(gm, state: set) -> list[str]:
+    """Give each user of a view of module state (a weight's `permute`, its column slices:
+    placeholders named in `state`) its own copy of the chain of views. Shared, the chain
+    sat in one segment and reached the others as an activation, which their bindings cannot
+    fold: Phi-3's fp16 k and v projections kept two 2304 x 768 selection matrices."""
+    derived = set()
+    for n in gm.graph.nodes:
+        if n.op == "placeholder" and n.name in state:
+            derived.add(n)
+        elif n.op == "call_function" and str(n.target) in _STATE_VIEWS and n.args and n.args[0] in derived:
+            derived.add(n)
+    cloned = 0
+    for n in reversed(list(gm.graph.nodes)):  # users first: a chain is cloned from its end
+        if n.op != "call_function" or n not in derived:
+            continue
+        for u in list(n.users)[1:]:
+            with gm.graph.inserting_before(u):
+                c = gm.graph.node_copy(n)
+            c.meta = dict(n.meta)
+            u.replace_input_with(n, c)
+            cloned += 1
+    if not cloned:
+        return []
+    gm.graph.lint()
+    gm.recompile()
+    return [f"{cloned} view(s) of module state copied for their users (each segment folds its own)"]

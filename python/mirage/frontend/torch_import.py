@@ -35,7 +35,7 @@ from .fx_cleanup import cleanup
 from .layers import split_by_layer
 from .deploy import apply_transforms_np, transformed_shape
 from .reshape_sink import sink_reshapes
-from .slice_push import push_slices
+from .slice_push import localize_state_views, push_slices
 
 # ATen ops (after torch-mlir's decompositions) whose TOSA lowering converts to kn.
 SUPPORTED = {
@@ -695,7 +695,9 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
     gm = ep.graph_module
     weight_inputs = {spec.arg.name for spec, a in zip(_user_specs(ep), _flat_args(ep, example_inputs))
                      if isinstance(a, torch.nn.Parameter)}
-    rewritten = cleanup(gm) + push_slices(gm)
+    state = {spec.arg.name for spec in ep.graph_signature.input_specs
+             if spec.kind.name in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") and hasattr(spec.arg, "name")}
+    rewritten = cleanup(gm) + push_slices(gm) + localize_state_views(gm, state)
     elided, sandwich = [], {}
     if allow_fp32_upcast_elision:
         elided = elide_fp32_upcasts(gm)
