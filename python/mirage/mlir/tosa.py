@@ -159,6 +159,9 @@ def _splat(n: Node) -> float | None:
     return None
 
 
+_ROUNDING = {"f16": 2.0 ** -11, "bf16": 2.0 ** -8}  # half an ulp, relative: a constant rounded to the type
+
+
 def _is_const(n: Node, v: float, tol: float = 0.0) -> bool:
     s = _splat(n)
     return s is not None and abs(s - v) <= tol * max(1.0, abs(v))
@@ -235,7 +238,8 @@ class _Builder:
                 if arg.kind != "mul":
                     continue
                 for x, c in ((arg.ins[0], arg.ins[1]), (arg.ins[1], arg.ins[0])):
-                    if _is_const(c, 1 / math.sqrt(2), 1e-6) and c.shape == (1,) * len(c.shape):
+                    # 1/sqrt(2) rounded to c's type (f16: 0.70703125, half-precision GELU)
+                    if _is_const(c, 1 / math.sqrt(2), _ROUNDING.get(c.dtype, 1e-6)) and c.shape == (1,) * len(c.shape):
                         return x
         return None
 
