@@ -207,6 +207,34 @@ def test_split_partition_cuts_a_projection_from_the_norm_after_it():
     assert close(got[0], hh) and close(got[1], yy @ xs[4])
 
 
+def test_a_constant_shared_by_two_norms_does_not_join_them():
+    # BERT's two LayerNorms read one 1/n constant: in one subprogram it was an output read
+    # by the other, and neither row program fused (a block cannot save a tile all write)
+    g = mi.new_kernel_graph("two_norms_one_constant")
+    x, r, w = g.new_input((32, 128)), g.new_input((32, 128)), g.new_input((128, 128))
+    inv_n = g.constant(1.0 / 128, (1, 1))
+
+    def norm(h):
+        ms = g.mul(g.reduction(g.square(h), 1), inv_n)
+        return g.mul(h, g.rsqrt(g.add(ms, g.constant(1e-6, (1, 1)))))
+
+    h = g.add(x, r)
+    h2 = g.add(g.matmul(norm(h), w), h)
+    g.mark_output(norm(h2))
+    res = superoptimize(g, measure=False, workers=2, time_limit=20)
+    best = res.candidates[0]
+    assert best.verification.startswith("equivalent"), best.verification
+    assert kernels(best.graph) <= 3, res.report()
+    rng = np.random.default_rng(12)
+    xs = [rng.standard_normal(t.shape) for t in g.inputs]
+
+    def norm_np(v):
+        return v / np.sqrt((v ** 2).mean(axis=1, keepdims=True) + 1e-6)
+
+    hh = xs[0] + xs[1]
+    assert close(best.graph.evaluate(xs)[0], norm_np(norm_np(hh) @ xs[2] + hh))
+
+
 def test_batch_classes_split_into_tiles_of_one():
     # 32 independent attention problems: the attention preset keeps classes of extent in
     # (16, 128) whole (head dims), but a batch class may still be split over the grid

@@ -318,6 +318,34 @@ def hoist_unit_reshapes(ref: KNGraph) -> KNGraph:
     return g
 
 
+def private_constants(ref: KNGraph) -> KNGraph:
+    """`ref` with a constant used by several ops copied for each of them (same inputs and
+    outputs, same values): shared, it joined one subprogram and was an output of it, an
+    input of the others (the 1/768 of BERT's two LayerNorms), and a row seed cannot save a
+    tile that every block would write."""
+    uses: dict = {}
+    for op in ref.ops:
+        for t in op.inputs:
+            uses[id(t)] = uses.get(id(t), 0) + 1
+    if not any(op.kind == "constant" and uses.get(id(op.outputs[0]), 0) > 1 for op in ref.ops):
+        return ref
+    made = {id(op.outputs[0]): op for op in ref.ops if op.kind == "constant"}
+    g = KNGraph(ref.name)
+    g.smem_capacity = ref.smem_capacity
+    env = {id(t): g.new_input(t.shape, ref.strides.get(k), t.dtype) for k, t in enumerate(ref.inputs)}
+
+    def value(t):
+        c = made.get(id(t))
+        return env[id(t)] if c is None else g.constant(c.attrs["value"], c.attrs["shape"], t.dtype)
+
+    for op in ref.ops:
+        if op.kind != "constant":
+            env[id(op.outputs[0])] = g._op(op.kind, [value(t) for t in op.inputs], op.outputs[0].dtype, **op.attrs)
+    for t in ref.outputs:
+        g.mark_output(value(t))
+    return g
+
+
 def needs_partition(ref: KNGraph, mode: str = "auto") -> bool:
     if mode == "off" or any(op.kind == "graph_def" for op in ref.ops):
         return False
@@ -370,7 +398,8 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search)
     from .config import auto_config, make_config
 
     t0 = time.monotonic()
-    full, ref = ref, hoist_unit_reshapes(ref)  # same inputs and outputs: plans of one are plans of the other
+    # same inputs and outputs: plans of one are plans of the other
+    full, ref = ref, private_constants(hoist_unit_reshapes(ref))
     units, bars = subprograms(ref, cfg.partition)
     index = {id(t): k for k, t in enumerate(ref.inputs)}
     n = len(ref.inputs)
