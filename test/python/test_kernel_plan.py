@@ -199,3 +199,29 @@ def test_recorded_smem_is_taken_and_checked():
         assert unplanned == plan_of(g, Options(smem_plan=False)).smem_record() != (S, offsets)
     finally:
         tb.recorded_smem = {}
+
+
+def test_a_cluster_split_takes_a_shallower_ring_where_its_partials_do_not_fit():
+    # a split loop whose blocks combine in a cluster keeps their partials in shared memory
+    # beside the ring: where the deepest ring that fits alone leaves no room for them, the
+    # plan takes fewer stages (a GPT-2 MLP pick at hidden 768 did not lower at 4 stages)
+    from dataclasses import replace
+
+    from mirage.search.build import build
+    from mirage.search.config import SearchConfig
+    from mirage.search.mbci import Tiling, find_chain, plan_of as chain_plan
+
+    g = mi.new_kernel_graph("chain")
+    A, B, D = g.new_input((1, 512, 256)), g.new_input((1, 256, 2048)), g.new_input((1, 2048, 256))
+    e = g.exp(g.mul_scalar(g.matmul(A, B), 0.125))  # attention: the division by the row sums after the loop
+    g.mark_output(g.div(g.matmul(e, D), g.reduction(e, 2)))
+    g = build(g, chain_plan(find_chain(g), Tiling("n", 64, 64, 64), SearchConfig()))
+    op = g.ops[0]
+    ins = [GlobalArg(f"%in{j}", t.shape, mi.core.graph.row_major_strides(t.shape), t.dtype.mlir, t.dtype.itemsize)
+           for j, t in enumerate(op.inputs)]
+    outs = [GlobalArg("%out0", op.outputs[0].shape, mi.core.graph.row_major_strides(op.outputs[0].shape), "f16", 2)]
+    deep = KernelPlan(op.body, ins, Options(), "partial", 4, True, "k", outs)
+    assert deep.cluster == 4 and deep.cluster_post and deep.S > 1
+    tight = Options(smem_capacity=deep.smem - 1)
+    p = KernelPlan(op.body, ins, tight, "partial", 4, True, "k", outs)
+    assert p.cluster == 4 and p.S < deep.S and p.smem <= tight.smem_capacity

@@ -805,13 +805,17 @@ class KernelPlan:
 
             fits = [s for s, b in need.items() if b <= self.opts.smem_capacity]
             S = min(fits, key=lambda s: (waves(s), -s)) if fits else 1
+        while True:
+            off = self._place(varying, S, final=True)
+            if self.cluster:
+                off = max(off, self.place_parts(off if self.cluster_post else 0))
+            if off <= self.opts.smem_capacity or S == 1 or self.recorded is not None:
+                break
+            S -= 1  # a shallower ring beside the cluster's partials (GPT-2's MLP: 234624 bytes at 4 stages)
         self.S = S
         self.varying_async = varying
         self.notes["stages"] = S
         self.notes["cp_async_inputs"] = sum(1 for v in self.async_in.values() if v)
-        off = self._place(varying, S, final=True)
-        if self.cluster:
-            off = max(off, self.place_parts(off if self.cluster_post else 0))
         self.smem = off
         self.wgmma = {id(op) for op in tb.ops if id(op) in self.mma_ops and self._wgmma_ok(op)}
         if self.wgmma:
