@@ -96,17 +96,34 @@ def _attach_kernels(result: ImportResult, search_options: dict) -> list[str]:
             notes.append(f"{g.name}: no code generation here (compile=False or mirage.lower missing); runs in PyTorch")
             continue
         t0 = time.monotonic()
-        try:
-            cg = lower.compile(best, target)  # cached by graph hash + target
-            ins = [list(t["shape"]) for t in cg.lowered.inputs]
-            if ins != [list(t.shape) for t in g.inputs]:
-                raise ValueError(f"the bundle's inputs {ins} are not the segment's")
-        except Exception as e:
-            notes.append(f"{g.name}: code generation failed ({type(e).__name__}: {e}); runs in PyTorch")
+        # the search's pick, else its next candidates (verified, ranked), else the imported
+        # graph: a pick the lowering cannot take (its shared memory, say) costs its speed, not
+        # the whole segment's kernels
+        res = getattr(best, "search", None)
+        tries = [best] + [c.graph for c in (res.candidates[1:] if res is not None else [])
+                          if c.key != "reference"] + ([g] if best is not g else [])
+        cg, failed = None, []
+        for cand in tries:
+            try:
+                cg = lower.compile(cand, target)  # cached by graph hash + target
+                ins = [list(t["shape"]) for t in cg.lowered.inputs]
+                if ins != [list(t.shape) for t in g.inputs]:
+                    raise ValueError(f"the bundle's inputs {ins} are not the segment's")
+                break
+            except Exception as e:
+                cg = None
+                failed.append(f"{type(e).__name__}: {e}")
+        if cg is None:
+            notes.append(f"{g.name}: code generation failed ({failed[0]}); runs in PyTorch")
             _say(progress, notes[-1])
             continue
+        if failed:
+            seg.optimized = cand
+            notes.append(f"{g.name}: code generation failed for the search's pick ({failed[0]}); took "
+                         f"{'the imported graph' if cand is g else 'its best candidate that compiles'}")
+            _say(progress, notes[-1])
         seg.bundle = cg
-        done[key] = (g.name, best, cg)
+        done[key] = (g.name, cand, cg)
         notes.append(f"{g.name}: compiled for {target} in {time.monotonic() - t0:.1f} s: "
                      f"{len(cg.lowered.kernels)} kernel(s) ({cg.path})")
         _say(progress, notes[-1])

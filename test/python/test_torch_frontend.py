@@ -531,3 +531,28 @@ def test_fp32_upcast_elision_is_opt_in():
     y = res.program(x)
     assert y.dtype == torch.float16
     np.testing.assert_allclose(y.detach().float().numpy(), m(x).detach().float().numpy(), rtol=2e-2, atol=2e-2)
+
+
+def test_a_pick_the_lowering_rejects_falls_back_to_one_it_takes(monkeypatch):
+    # the search's pick failed to lower (shared memory): the segment took its next candidate
+    # that compiles, not PyTorch for all of its ops
+    import mirage.lower as lower
+
+    torch.manual_seed(16)
+    m = GatedMLP(32, 64)
+    res = mt.import_module(m, [torch.randn(8, 32)])
+    compiled, seen = [], []
+    real = lower.compile
+
+    def compile_(g, target):
+        seen.append(g)
+        if len(seen) == 1:
+            raise RuntimeError("[smem] the pick's tiles do not fit")
+        compiled.append(g)
+        return real(g, target)
+
+    monkeypatch.setattr(lower, "compile", compile_)
+    notes = mt._attach_kernels(res, dict(time_limit=10, workers=1, progress=False))
+    (seg,) = res.program.segments.values()
+    assert seg.bundle is not None and seg.optimized is compiled[0] is not seen[0]
+    assert any("code generation failed for the search's pick" in n for n in notes), notes
