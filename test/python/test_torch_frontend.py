@@ -556,3 +556,28 @@ def test_a_pick_the_lowering_rejects_falls_back_to_one_it_takes(monkeypatch):
     (seg,) = res.program.segments.values()
     assert seg.bundle is not None and seg.optimized is compiled[0] is not seen[0]
     assert any("code generation failed for the search's pick" in n for n in notes), notes
+
+
+class MaskedSDPA(nn.Module):
+    def forward(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_sdpa_with_a_mask_imports_whole(dtype):
+    # torch's safe softmax (`where(all(x == -inf), 0, softmax(x))`) is written with clamps:
+    # no boolean op cuts the attention, and a fully masked row is still 0
+    torch.manual_seed(17)
+    q, k, v = (torch.randn(1, 2, 8, 16).to(dtype) for _ in range(3))
+    mask = torch.zeros(1, 1, 8, 8)
+    mask[..., 3, :] = float("-inf")  # row 3 fully masked
+    mask[..., 5, 6:] = float("-inf")
+    mask[..., 6, :] = torch.finfo(torch.float32).min  # additive finfo.min: a uniform row in torch
+    mask = mask.to(dtype)
+    res = mt.import_module(MaskedSDPA(), [q, k, v, mask], allow_fp32_upcast_elision=dtype == torch.float16)
+    assert res.fully_converted, res.report()
+    assert [op.kind for op in res.graph.ops].count("clamp") == 2
+    (got,) = res.graph.evaluate(res.graph_inputs(q, k, v, mask))
+    want = MaskedSDPA()(*(t.double() for t in (q, k, v, mask))).numpy()
+    assert np.all(got[0, :, 3] == 0) and np.all(want[0, :, 3] == 0)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())

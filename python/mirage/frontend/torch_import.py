@@ -44,7 +44,7 @@ SUPPORTED = {
     "aten.reciprocal.default", "aten.exp.default", "aten.sqrt.default", "aten.rsqrt.default",
     "aten.sigmoid.default", "aten.silu.default", "aten.gelu.default", "aten.relu.default",
     "aten.tanh.default", "aten.pow.Tensor_Scalar", "aten.square.default",
-    "aten.sum.dim_IntList", "aten.mean.dim", "aten.amax.default", "aten._softmax.default",
+    "aten.sum.dim_IntList", "aten.mean.dim", "aten.amax.default", "aten._softmax.default", "aten.clamp.default",
     "aten.mm.default", "aten.bmm.default", "aten.addmm.default", "aten.matmul.default",
     "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.permute.default",
     "aten.transpose.int", "aten.t.default", "aten.expand.default", "aten.clone.default",
@@ -444,6 +444,8 @@ def elide_fp32_upcasts(gm) -> list:
     """Rewrite each `find_upcast_sandwiches` region in place to compute at its half
     type: the casts are removed and the float32 ops' metadata says the half type.
     Changes rounding (opt-in: `allow_fp32_upcast_elision`). Returns one line per region."""
+    import torch
+
     notes = []
     for r in find_upcast_sandwiches(gm):
         low = r["dtype"]
@@ -461,6 +463,11 @@ def elide_fp32_upcasts(gm) -> list:
             gm.graph.erase_node(u)
         for n in [n for n in r["ops"] if str(n.target) == "aten._softmax.default"]:
             _expand_softmax(gm, n)
+        f32, half = torch.finfo(torch.float32), torch.finfo(low)
+        bounds = {f32.max: half.max, -f32.max: -half.max, f32.tiny: half.tiny}
+        for n in [n for n in r["ops"] if str(n.target) == "aten.clamp.default"]:
+            # the safe softmax's bounds (`_decompositions`) at the half type: f32's round to inf there
+            n.args = tuple(bounds.get(a, a) if isinstance(a, float) else a for a in n.args)
         ops = sorted(str(n.target).replace("aten.", "").replace(".default", "") for n in r["ops"])
         notes.append(f"{len(r['ups'])} upcast(s) {str(low).replace('torch.', '')}->float32 and "
                      f"{len(r['downs'])} downcast(s) elided around {', '.join(ops)} (computed at "
@@ -579,7 +586,21 @@ def _decompositions() -> dict:
         n = x.shape[dim]
         return split_with_sizes(x, [min(size, n - a) for a in range(0, n, size)], dim)
 
+    def safe_softmax(x, dim, dtype=None):
+        # SDPA's softmax: torch writes `where(all(x == -inf), 0, softmax(x))`, whose boolean
+        # ops kn lacks (they cut every attention in two segments, at f32). The same values
+        # with clamps: a row of -inf alone (fully masked) has its max clamped to a finite
+        # value, so every exp is 0, and its sum clamped above 0, so 0 / tiny = 0; any other
+        # row's max is kept (finite; finfo.min masks too) and its sum is at least 1. Differs
+        # only on a row holding +inf (NaN there in torch; here inf / big and 0).
+        x = x if dtype is None else aten._to_copy.default(x, dtype=dtype)
+        big, tiny = torch.finfo(x.dtype).max, torch.finfo(x.dtype).tiny
+        m = aten.clamp.default(aten.amax.default(x, [dim], True), -big, big)
+        e = aten.exp.default(aten.sub.Tensor(x, m))
+        return aten.div.Tensor(e, aten.clamp.default(aten.sum.dim_IntList(e, [dim], True), tiny, big))
+
     table = dict(get_decomposition_table())
+    table[aten._safe_softmax.default] = safe_softmax
     table[aten.var_mean.correction] = var_mean
     table[aten.var.correction] = lambda *a, **k: var_mean(*a, **k)[0]
     table[aten.split_with_sizes.default] = split_with_sizes  # torch's: as_strided

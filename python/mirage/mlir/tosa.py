@@ -33,6 +33,7 @@ Translation table (TOSA -> kn):
 | tanh | 2 * sigmoid(2x) - 1 |
 | erf (inside the gelu pattern) | gelu |
 | clamp [0, +inf), maximum(x, 0) | relu |
+| clamp [lo, hi], both finite | clamp |
 | negate | mul(x, constant -1) |
 | matmul (zero points 0) | matmul |
 | reduce_sum, reduce_max | reduction, reduce_max |
@@ -405,7 +406,9 @@ class _Builder:
         hi = _float_attr(op, "max_val")
         if lo == 0.0 and hi is not None and hi >= 3.0e38:
             return self.kn("relu", [x], op)
-        return f"clamp to [{lo}, {hi}] (only [0, +inf), i.e. relu, is expressible)"
+        if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
+            return self.kn("clamp", [x], op, min_val=lo, max_val=hi)
+        return f"clamp to [{lo}, {hi}] (kn's clamp takes finite bounds; [0, +inf) is relu)"
 
     def _maximum(self, op, ins, shape, dt):
         a, b = self._f(ins)
