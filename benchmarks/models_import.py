@@ -11,12 +11,35 @@ fresh inputs (relative Frobenius error; the interpreter runs the kn graphs in fl
 module's float32 constants aside), and per segment the default search's pick
 (`superoptimize(g)`, no preset): kernels and cost-model time against the reference's. No GPU:
 the times are the cost model's (H100 constants), not measurements.
+
+GPU mode, as benchmarks/models.py (whose helpers it uses):
+
+    # CPU machine (MLIR): import each block at a realistic size in fp16, search, compile to
+    # sm_90 PTX bundles, save with MirageModule.save(OUT/<family>, weights=False)
+    PYTHONPATH=python:examples:benchmarks python benchmarks/models_import.py --build OUT
+        [--families ...] [--hidden 768] [--tokens 128] [--heads HIDDEN/64] [--time-limit 60]
+    # GPU machine (torch, triton, transformers, cuda-bindings; no MLIR, no z3)
+    PYTHONPATH=python:examples:benchmarks python benchmarks/models_import.py --run OUT [--md FILE]
+
+`--build` makes each block (as above: the same torch seed, then fp16; `--heads` heads, head
+dim 64 by default, Mistral with heads/4 KV heads, intermediate 4 x hidden) and compiles it
+as models.py's `_compile` does (`allow_fp32_upcast_elision=True`, search per kn segment up
+to `--time-limit` s, target sm_90; caches under OUT/cache); OUT/build.json has the times,
+the load average, kn segments, kernels, ops left to PyTorch and the report per block.
+`--run` rebuilds each block on the GPU from the same seed, binds its parameters to the saved
+kernels (`mirage.torch.load(OUT/<family>, module=block, weights=False)`, no MLIR), checks the
+first output against the float64 block on fresh inputs (relative Frobenius error; the fp16
+eager block's beside it; pass: ours < 1e-2, no mirage fallback warning, no MLIR/z3 module
+imported) and times ours, ours replayed in a CUDA graph, eager and
+torch.compile(mode="reduce-overhead") with `triton.testing.do_bench` (median, µs). A block
+that fails is reported and the others still run; the exit status is then 1.
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import datetime
+import json
 import os
 import platform
 import sys
@@ -24,21 +47,22 @@ import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.join(HERE, "..", "python")]
+sys.path[:0] = [os.path.join(HERE, "..", "python"), HERE]
 
 import torch  # noqa: E402
 
 
-def block(family: str, d: int):
-    """The module of one block of `family` at hidden size d (4 heads), and whether it takes
-    token ids (a one-layer base model: Phi-3's and Mistral's decoder layers take the rotary
-    embedding from it) rather than hidden states."""
+def block(family: str, d: int, heads: int = 4, kv_heads: int = 2):
+    """The module of one block of `family` at hidden size d (`heads` heads; Mistral with
+    `kv_heads` KV heads; intermediate size 4d), and whether it takes token ids (a one-layer
+    base model: Phi-3's and Mistral's decoder layers take the rotary embedding from it)
+    rather than hidden states."""
     import transformers as T
 
-    small = dict(hidden_size=d, intermediate_size=4 * d, num_attention_heads=4, num_hidden_layers=1,
+    small = dict(hidden_size=d, intermediate_size=4 * d, num_attention_heads=heads, num_hidden_layers=1,
                  vocab_size=128)
     if family == "gpt2":
-        return T.GPT2Model(T.GPT2Config(n_embd=d, n_head=4, n_layer=1, vocab_size=128, n_positions=128)).h[0], False
+        return T.GPT2Model(T.GPT2Config(n_embd=d, n_head=heads, n_layer=1, vocab_size=128, n_positions=128)).h[0], False
     if family == "bert":
         return T.BertModel(T.BertConfig(**small)).encoder.layer[0], False
     if family == "vit":
@@ -48,7 +72,7 @@ def block(family: str, d: int):
     if family == "phi3":  # fused qkv_proj and gate_up_proj
         return T.Phi3Model(T.Phi3Config(**small, pad_token_id=0, use_cache=False)), True
     if family == "mistral":
-        return T.MistralModel(T.MistralConfig(**small, num_key_value_heads=2, use_cache=False)), True
+        return T.MistralModel(T.MistralConfig(**small, num_key_value_heads=kv_heads, use_cache=False)), True
     raise ValueError(f"unknown family {family!r}")
 
 
@@ -96,14 +120,8 @@ def run_block(family: str, d: int, tokens: int, time_limit: float) -> dict:
             "rel_err": err, "import_s": t_import, "segs": segs}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--families", nargs="*", default=["gpt2", "bert", "vit", "phi3", "mistral"])
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--tokens", type=int, default=32)
-    ap.add_argument("--time-limit", type=float, default=60.0)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "models_import.md"))
-    a = ap.parse_args(argv)
+def table(a, argv) -> int:
+    """The CPU table (no --build / --run): import, agreement, the default search's pick."""
     import transformers
 
     load = os.getloadavg()
@@ -128,6 +146,226 @@ def main(argv=None) -> int:
     with open(a.out, "w") as f:
         f.write(head.rstrip("\n") + "\n\n" + text + ("\n## " + rest if rest else ""))
     return 0
+
+
+# -- GPU mode: --build (CPU machine) and --run (GPU machine), as benchmarks/models.py ---------
+
+def gpu_block(family: str, d: int, heads: int, tokens: int, device="cpu"):
+    """The block of `family` for the GPU mode (torch seed 0, fp16, eval, on `device`; Mistral
+    with heads/4 KV heads), whether it takes token ids, and its inputs for seed s:
+    `(module, ids, inputs(s))`; inputs are drawn on the CPU, then moved (the same on every
+    machine)."""
+    torch.manual_seed(0)
+    m, ids = block(family, d, heads, max(1, heads // 4))
+    m = m.eval().half().to(device)
+
+    def inputs(seed):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randint(0, 128, (1, tokens), generator=g) if ids else \
+            torch.randn(1, tokens, d, generator=g).half()
+        return [x.to(device)]
+
+    return m, ids, inputs
+
+
+def _du(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
+
+
+def _heavy() -> list:
+    return sorted(k for k in sys.modules if k.split(".")[0] in ("mlir", "torch_mlir", "z3"))
+
+
+def build(out: str, families, d: int, tokens: int, heads: int, time_limit: float) -> int:
+    from models import _compile, _options
+
+    os.makedirs(out, exist_ok=True)
+    opts = _options(out, time_limit)
+    index = {"date": f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC", "host": platform.node(),
+             "cpus": os.cpu_count(), "time_limit": time_limit, "hidden": d, "tokens": tokens, "heads": heads,
+             "dtype": "float16", "target": opts["target"], "torch": torch.__version__, "cases": {}}
+    ok = True
+    for family in families:
+        load0 = open("/proc/loadavg").read().split()[:3]
+        t0 = time.monotonic()
+        try:
+            m, ids, inputs = gpu_block(family, d, heads, tokens)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                opt, times = _compile(m, inputs(0), opts)
+            path = opt.save(os.path.join(out, family), weights=False)
+        except Exception as e:  # report, go on with the other blocks
+            import traceback
+
+            ok = False
+            tb = traceback.format_exc()
+            print(f"== {family}: FAILED after {time.monotonic() - t0:.1f} s: {type(e).__name__}: {e}\n{tb}", flush=True)
+            index["cases"][family] = {"error": f"{type(e).__name__}: {e}", "traceback": tb, "loadavg_before": load0,
+                                      "loadavg_after": open("/proc/loadavg").read().split()[:3]}
+            with open(os.path.join(out, "build.json"), "w") as f:
+                json.dump(index, f, indent=1)
+            continue
+        load1 = open("/proc/loadavg").read().split()[:3]
+        res = opt.result
+        segs = list(res.program.segments.values())
+        kernels = sum(len(s.bundle.lowered.kernels) for s in segs if s.bundle is not None)
+        entry = {"ids": ids, "times": times, "loadavg_before": load0, "loadavg_after": load1,
+                 "saved_bytes": _du(path),
+                 "kn_segments": len(segs), "compiled_segments": sum(s.bundle is not None for s in segs),
+                 "kernels": kernels, "kernels_per_segment": [len(s.bundle.lowered.kernels) if s.bundle is not None
+                                                             else None for s in segs],
+                 "kn_ops": sum(len(s.graph.ops) for s in segs), "left_to_pytorch": len(res.offloaded),
+                 "left_kinds": sorted({o.op.split(".")[1] if o.op.startswith("aten.") else o.op
+                                       for o in res.offloaded}),
+                 "dir": path, "report": opt.report}
+        index["cases"][family] = entry
+        with open(os.path.join(out, "build.json"), "w") as f:
+            json.dump(index, f, indent=1)
+        # the report without its one line per op left to PyTorch (build.json has them all)
+        report = "\n".join(ln for ln in opt.report.splitlines() if not ln.startswith("  offloaded "))
+        print(f"== {family}: {times['total']:.1f} s, CPU {times['cpu']:.1f} s (import {times['import']:.1f}, search "
+              f"{times['search']:.1f}, PTX {times['ptx']:.1f}); loadavg {' '.join(load0)} -> {' '.join(load1)}; "
+              f"{len(segs)} kn segment(s), {entry['compiled_segments']} compiled, {kernels} kernel(s) "
+              f"{entry['kernels_per_segment']}; {len(res.offloaded)} op(s) left to PyTorch; saved "
+              f"{entry['saved_bytes'] / 2**20:.1f} MiB\n{report}\n", flush=True)
+    return 0 if ok else 1
+
+
+def run(src: str, md: str | None, families=None) -> int:
+    import mirage.torch as mt
+    from triton.testing import do_bench
+
+    from _cuda_graph import capture_graphs
+    from models import rel
+
+    with open(os.path.join(src, "build.json")) as f:
+        index = json.load(f)
+    dev = torch.device("cuda")
+    d, tokens, heads = index["hidden"], index["tokens"], index["heads"]
+    rows, ok = [], True
+    nan = float("nan")
+    for name, entry in index["cases"].items():
+        if families and name not in families:
+            continue
+        if "error" in entry:
+            print(f"{name}: not built ({entry['error']}); FAIL", flush=True)
+            rows.append(dict(name=name, entry=entry, err=nan, err_graph=nan, err_eager=nan, ours=nan, graph=nan,
+                             eager=nan, compiled=nan, passed=False, note="not built"))
+            ok = False
+            continue
+        try:
+            row = _run_one(mt, do_bench, capture_graphs, rel, src, name, entry, d, tokens, heads, dev)
+        except Exception as e:  # report, go on with the other blocks
+            import traceback
+
+            traceback.print_exc()
+            print(f"{name}: FAILED: {type(e).__name__}: {e}", flush=True)
+            row = dict(name=name, entry=entry, err=nan, err_graph=nan, err_eager=nan, ours=nan, graph=nan,
+                       eager=nan, compiled=nan, passed=False, note=f"{type(e).__name__}")
+        ok &= row["passed"]
+        rows.append(row)
+    lines = [f"device: {torch.cuda.get_device_name()}, {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC; "
+             f"torch {torch.__version__}, CUDA {torch.version.cuda}; built {index['date']} on {index['host']} "
+             f"(search time limit {index['time_limit']} s); hidden {d}, {heads} heads, {tokens} tokens, fp16",
+             "",
+             "kn segments without kernels (code generation failed at --build: build.json's report says why) run "
+             "their ATen ops in PyTorch.",
+             "",
+             "| block | kn segments (with kernels / all) | kernels | ops left to PyTorch | rel. err ours "
+             "| rel. err ours in a CUDA graph | rel. err eager fp16 | ours (µs) | ours in a CUDA graph (µs) "
+             "| eager (µs) | torch.compile + CUDA graphs (µs) | ours (graph) vs compile | check |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        e = r["entry"]
+        lines.append(f"| {r['name']} | {e.get('compiled_segments', '-')} / {e.get('kn_segments', '-')} "
+                     f"| {e.get('kernels', '-')} "
+                     f"| {e.get('left_to_pytorch', '-')} | {r['err']:.1e} | {r['err_graph']:.1e} "
+                     f"| {r['err_eager']:.1e} "
+                     f"| {r['ours']:.1f} | {r['graph']:.1f} | {r['eager']:.1f} | {r['compiled']:.1f} "
+                     f"| {r['compiled'] / r['graph']:.2f}× "
+                     f"| {'pass' if r['passed'] else 'FAIL' + (' (' + r['note'] + ')' if r.get('note') else '')} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if md:
+        with open(md, "w") as f:
+            f.write(text)
+    return 0 if ok else 1
+
+
+def _run_one(mt, do_bench, capture_graphs, rel, src, name, entry, d, tokens, heads, dev) -> dict:
+    m, ids, inputs = gpu_block(name, d, heads, tokens, dev)
+    opt = mt.load(os.path.join(src, name), module=m, weights=False)
+    heavy = _heavy()
+    ins = inputs(1)
+    with warnings.catch_warnings(record=True) as w, torch.no_grad():
+        warnings.simplefilter("always")
+        ours = _first(opt(*ins))
+        eager = _first(m(*ins))
+        torch.cuda.synchronize()
+    fallbacks = sorted({str(x.message) for x in w if "mirage" in str(x.message)})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = _first(copy.deepcopy(m).double()(*[x if ids else x.double() for x in ins]))
+    err, err_eager = rel(ours, ref), rel(eager, ref)
+    nan = float("nan")
+    with torch.no_grad():
+        t_ours = do_bench(lambda: opt(*ins), warmup=50, rep=300, return_mode="median") * 1e3
+        t_eager = do_bench(lambda: m(*ins), warmup=50, rep=300, return_mode="median") * 1e3
+        t_ours_graph, err_graph = nan, nan
+        try:  # ours replayed from a CUDA graph: no per-launch host cost, as torch.compile's graphs
+            g, outs = capture_graphs([lambda: opt(*ins)])[0]
+            g.replay()
+            torch.cuda.synchronize()
+            err_graph = rel(_first(outs), ref)
+            t_ours_graph = do_bench(g.replay, warmup=50, rep=300, return_mode="median") * 1e3
+        except Exception as e:  # report, do not fail the run
+            print(f"{name}: capturing ours in a CUDA graph failed: {type(e).__name__}: {e}", flush=True)
+        t_compiled = nan
+        try:
+            torch._dynamo.reset()
+            c = torch.compile(m, mode="reduce-overhead")
+            for _ in range(3):
+                c(*ins)
+            t_compiled = do_bench(lambda: c(*ins), warmup=50, rep=300, return_mode="median") * 1e3
+        except Exception as e:  # report, do not fail the run
+            print(f"{name}: torch.compile(mode='reduce-overhead') failed: {type(e).__name__}: {e}", flush=True)
+    # a NaN error (capture failed) fails the check, as in models.py
+    passed = not fallbacks and not heavy and err < 1e-2 and err_graph < 1e-2
+    print(f"{name}: rel.err ours {err:.1e} (CUDA graph {err_graph:.1e}) eager {err_eager:.1e}; {t_ours:.1f} us "
+          f"(CUDA graph {t_ours_graph:.1f} us) vs eager {t_eager:.1f} us, torch.compile+CUDA graphs "
+          f"{t_compiled:.1f} us; fallback warnings {fallbacks}; heavy modules {heavy}; "
+          f"{'PASS' if passed else 'FAIL'}", flush=True)
+    note = "; ".join((["fallback"] if fallbacks else []) + (["MLIR imported"] if heavy else []))
+    return dict(name=name, entry=entry, err=err, err_graph=err_graph, err_eager=err_eager, ours=t_ours,
+                graph=t_ours_graph, eager=t_eager, compiled=t_compiled, passed=passed, note=note)
+
+
+FAMILIES = ["gpt2", "bert", "vit", "phi3", "mistral"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--build", metavar="OUT", help="CPU machine: fp16 blocks, search, compile for sm_90, save under OUT")
+    g.add_argument("--run", metavar="OUT", help="GPU machine: check and time what --build saved in OUT")
+    ap.add_argument("--families", nargs="*", default=FAMILIES, choices=FAMILIES)
+    ap.add_argument("--hidden", type=int, help="hidden size (256; --build: 768)")
+    ap.add_argument("--tokens", type=int, help="tokens (32; --build: 128)")
+    ap.add_argument("--heads", type=int, help="--build: attention heads (hidden / 64; the table: 4)")
+    ap.add_argument("--time-limit", type=float, default=60.0, help="search time limit per segment (s)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "models_import.md"), help="the table's file")
+    ap.add_argument("--md", help="--run: also write the table to this file")
+    a = ap.parse_args(argv)
+    if a.run:
+        return run(a.run, a.md, a.families)
+    if a.build:
+        d = a.hidden or 768
+        heads = a.heads or max(1, d // 64)
+        return build(a.build, a.families, d, a.tokens or 128, heads, a.time_limit)
+    if a.heads not in (None, 4):
+        ap.error("the table's blocks have 4 heads (--heads is for --build)")
+    a.hidden, a.tokens = a.hidden or 256, a.tokens or 32
+    return table(a, argv)
 
 
 if __name__ == "__main__":
