@@ -142,6 +142,15 @@ def build(out: str, families, batches, context: int, time_limit: float, small: b
     return 0
 
 
+def write_table(lines: list, md: str | None) -> None:
+    """Print a results table, and write it to `md` when given."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if md:
+        with open(md, "w") as f:
+            f.write(text)
+
+
 def rel(a, b) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm())
@@ -232,11 +241,7 @@ def run(src: str, md: str | None, profile_kernels: int = 0, only=None) -> int:
                      f"| {', '.join('%.1e' % x for x in ee)} | {to:.1f} | {tog:.1f} | {te:.1f} | {tg:.1f} "
                      f"| {tg / tog:.2f}× "
                      f"| {'pass' if p else 'FAIL'} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if md:
-        with open(md, "w") as f:
-            f.write(text)
+    write_table(lines, md)
     return 0 if ok else 1
 
 

@@ -236,7 +236,7 @@ def run(src: str, md: str | None, families=None) -> int:
     from triton.testing import do_bench
 
     from _cuda_graph import capture_graphs
-    from models import rel
+    from models import rel, write_table
 
     with open(os.path.join(src, "build.json")) as f:
         index = json.load(f)
@@ -284,11 +284,7 @@ def run(src: str, md: str | None, families=None) -> int:
                      f"| {r['ours']:.1f} | {r['graph']:.1f} | {r['eager']:.1f} | {r['compiled']:.1f} "
                      f"| {r['compiled'] / r['graph']:.2f}× "
                      f"| {'pass' if r['passed'] else 'FAIL' + (' (' + r['note'] + ')' if r.get('note') else '')} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if md:
-        with open(md, "w") as f:
-            f.write(text)
+    write_table(lines, md)
     return 0 if ok else 1
 
 
