@@ -235,6 +235,26 @@ def test_a_constant_shared_by_two_norms_does_not_join_them():
     assert close(best.graph.evaluate(xs)[0], norm_np(norm_np(hh) @ xs[2] + hh))
 
 
+def test_the_safe_softmax_clamps_stay_inside_the_fused_kernel():
+    # SDPA's safe softmax as the import writes it: clamps of the row max and of the row sum.
+    # Without an abstract expression a clamp was a partition barrier: 5 kernels, not 2
+    g = mi.new_kernel_graph("safe_softmax")
+    s = g.new_input((64, 128))
+    big, tiny = float(np.finfo(np.float32).max), float(np.finfo(np.float32).tiny)
+    e = g.exp(g.sub(s, g.clamp(g.reduce_max(s, 1), -big, big)))
+    g.mark_output(g.div(e, g.clamp(g.reduction(e, 1), tiny, big)))
+    res = superoptimize(g, measure=False, workers=2, time_limit=20)
+    best = res.candidates[0]
+    assert best.verification.startswith("equivalent"), best.verification
+    assert kernels(best.graph) <= 2, res.report()
+    x = np.random.default_rng(13).standard_normal((64, 128))
+    x[5] = -np.inf  # a fully masked row: 0
+    want = np.exp(x - x.max(1, keepdims=True).clip(-big))
+    want = np.nan_to_num(want / want.sum(1, keepdims=True).clip(tiny))
+    got = best.graph.evaluate([x])[0]
+    assert np.all(got[5] == 0) and close(got, want)
+
+
 def test_batch_classes_split_into_tiles_of_one():
     # 32 independent attention problems: the attention preset keeps classes of extent in
     # (16, 128) whole (head dims), but a batch class may still be split over the grid

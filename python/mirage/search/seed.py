@@ -14,7 +14,8 @@ from ..core import ops as O
 from .config import SearchConfig, dim_classes, schedules
 
 # kernel ops whose block-level op has the same meaning on a tile holding whole rows
-_ATTRS = {"reduction": ("dim",), "reduce_max": ("dim",), "constant": ("value", "shape"), "rms_norm": ("normalized_shape",)}
+_ATTRS = {"reduction": ("dim",), "reduce_max": ("dim",), "constant": ("value", "shape"), "rms_norm": ("normalized_shape",),
+          "clamp": ("min_val", "max_val")}
 
 
 def _replayable(ref) -> bool:
