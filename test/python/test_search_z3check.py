@@ -1,31 +1,33 @@
 """The Z3 subexpression checker (`search/z3check.py`) takes its named functions from the op
-table: every operator with a `real` function is abstracted as fn(name, x) and gets the
-A_sub axiom Table 2 states for silu, so Z3 proves what the normal-form checker accepts."""
+table: every operator abstracted as fn(name, x) (those with a `real` function, and clamp)
+gets the A_sub axiom Table 2 states for silu, so Z3 proves what the normal-form checker
+accepts."""
 from __future__ import annotations
 
 import pytest
 
 from mirage.core.ops import OPS
-from mirage.search.absexpr import RawBuilder, Table
+from mirage.search.absexpr import RawBuilder, Table, named_functions
 
 z3check = pytest.importorskip("mirage.search.z3check")
 pytest.importorskip("z3")
 
 R = RawBuilder()
 X, Y = R.var(0), R.var(1)
-NAMED = [n for n, d in OPS.items() if d.real]
+NAMED = named_functions()
 
 
 def _abstract(d):
     return d.absexpr(R, [R.var(i) for i in range(d.arity)], [(4, 4)] * d.arity, {})
 
 
-def test_named_functions_are_the_ops_with_a_real_function():
-    # the derivation's premise: of the element-wise ops (the only ones `real` is for),
-    # fn(name, x) is the abstract expression of exactly these
+def test_named_functions_are_the_ops_with_a_real_function_and_clamp():
+    # of the element-wise ops, fn(name, x) is the abstract expression of exactly these: each
+    # with a `real` function, and clamp (its bounds are attributes: no function of x alone)
     fn_ops = [n for n, d in OPS.items()
               if d.absexpr and d.category in ("unary", "binary") and _abstract(d)[0] == "fn"]
-    assert fn_ops == NAMED and {"silu", "gelu", "relu", "sigmoid"} <= set(NAMED)
+    assert fn_ops == NAMED == [n for n, d in OPS.items() if d.real or n == "clamp"]
+    assert {"silu", "gelu", "relu", "sigmoid", "clamp"} <= set(NAMED)
     assert all(_abstract(OPS[n]) == ("fn", n, X) for n in NAMED)
 
 

@@ -240,12 +240,12 @@ def _attr_shape(*names):
 
 # Mirage's clamp(A, min_val, max_val): min(max(x, min_val), max_val), torch.clamp's
 # semantics (min_val > max_val gives max_val everywhere). Not Lax: a random function of
-# its argument (keyed by the bounds) in the finite-field verifier and in the search's
-# abstract expressions (as silu), so it stays inside subprograms (SDPA's safe softmax).
+# its argument (keyed by the bounds) in the finite-field verifier, a named function in the
+# search's abstract expressions (as silu), so it stays inside subprograms (SDPA's safe softmax).
 _register(OpDef("clamp", 1, ALL, _attr_shape("min_val", "max_val"),
                 lambda ar, xs, at, nb: ar.clamp(xs[0], at["min_val"], at["max_val"]), "nonlax", 2,
                 ("min_val", "max_val"),  # NaN stays NaN, as in torch.clamp
-                absexpr=lambda ex, xs, sh, at: ex.fn(f"clamp[{at['min_val']!r},{at['max_val']!r}]", xs[0]),
+                absexpr=lambda ex, xs, sh, at: ex.fn("clamp", xs[0]),  # (the bounds: the verifier checks them)
                 gpu=lambda e, xs, at: e.fbin("minimumf", e.fbin("maximumf", xs[0], e.f32(at["min_val"])),
                                              e.f32(at["max_val"]))), "unary")
 # Mirage's TBGraph.mul_scalar(A, scalar): x * scalar (linear: exact in the field when the

@@ -48,6 +48,16 @@ class RawBuilder:
     def var(self, i): return ("var", int(i))
 
 
+def named_functions() -> list[str]:
+    """The op table's element-wise operators abstracted as a named function `fn(name, x)`
+    (silu, gelu, relu, sigmoid, clamp): uninterpreted, a term holds its argument."""
+    from ..core.ops import OPS
+
+    rb = RawBuilder()
+    return [n for n, d in OPS.items() if d.arity == 1 and d.absexpr and d.category == "unary"
+            and d.absexpr(rb, [rb.var(0)], [(1,)], {}) == ("fn", n, rb.var(0))]
+
+
 def raw_str(t: Raw) -> str:
     k = t[0]
     if k == "var":

@@ -2,8 +2,8 @@
 
 Abstract expressions are terms over an uninterpreted sort `E` with uninterpreted
 functions add, mul, div, exp, sqrt, sum : Int × E → E, and one per operator that the op
-table abstracts as a named function `fn(name, x)`: those with a `real` function (silu,
-gelu, relu, sigmoid), each with the A_sub axiom Table 2 states for silu, as the
+table abstracts as a named function `fn(name, x)` (`absexpr.named_functions`: silu, gelu,
+relu, sigmoid, clamp), each with the A_sub axiom Table 2 states for silu, as the
 normal-form checker treats them. The equivalence axioms A_eq and the subexpression
 axioms A_sub of Table 2 are asserted universally quantified; `subexpr(p, o)` holds iff
 A_eq ∪ A_sub ∪ {¬subexpr(p, o)} is unsatisfiable. Z3 answers unsat (proved), sat or
@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..core.ops import OPS
-from .absexpr import Raw
+from .absexpr import Raw, named_functions
 
 _CTX: dict = {}
 
@@ -38,8 +38,7 @@ def _env():
         "sum": z3.Function("sum", I, E, E),
         "subexpr": z3.Function("subexpr", E, E, z3.BoolSort()),
     }
-    # the op table's operators with a `real` function are the ones abstracted as fn(name, x)
-    named = {d.name: z3.Function(d.name, E, E) for d in OPS.values() if d.real}
+    named = {n: z3.Function(n, E, E) for n in named_functions()}
     x, y, z = z3.Consts("x y z", E)
     i, j = z3.Ints("i j")
     add, mul, div, exp, sqrt, sm, sub = (f[k] for k in ("add", "mul", "div", "exp", "sqrt", "sum", "subexpr"))
@@ -91,7 +90,7 @@ def to_z3(t: Raw):
         fn = env["named"].get(t[1])
         if fn is None:  # a function without its A_sub axiom would make every check on it fail
             raise ValueError(f"abstract expression fn({t[1]!r}, ...): no operator of that name "
-                             f"with a `real` function in the op table ({', '.join(env['named'])})")
+                             f"abstracted as a named function in the op table ({', '.join(env['named'])})")
         return fn(to_z3(t[2]))
     if k in ("exp", "sqrt"):
         return f[k](to_z3(t[1]))
