@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..core.ops import OPS
 from .absexpr import Raw, named_functions
 
 _CTX: dict = {}
