@@ -82,18 +82,11 @@ def main(argv=None) -> int:
     from search_benchmarks import BENCHMARKS
     from mirage.search import driver as D
     from mirage.search.config import make_config
-    from mirage.search.generator import Generator
-    from mirage.search.prologue import aliased, analyze
     from mirage.target import DEFAULT
 
     ref = BENCHMARKS[a.name].reference(1)
     cfg = make_config("attention", max_block_ops=a.max_block_ops)  # as search_scaling.py
-    pro = analyze(ref) if cfg.prologues else None
-    pro = pro or aliased(ref)
-    found = D._seeds(ref, cfg, DEFAULT, pro, {})
-    bound = D.BOUND_WINDOW * min(v[1] for v in found.values()) if found else None
-    gen = Generator(pro.core if pro is not None else ref, cfg, bound=bound, device=DEFAULT)
-    items, _ = D.work_items(gen, DEFAULT, bound)
+    pro, _, bound, gen, items, _ = D._start(ref, cfg, DEFAULT, {})
     units, meta = _in_child(lambda: D.split(gen, items))  # as the pool's workers cut them: gen stays as it is
     by_repr = {repr(u): u for u in units}
     lanes, taken = [], set()

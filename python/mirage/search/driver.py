@@ -834,21 +834,30 @@ def _measured(res: SearchResult, measure, verbose: bool = False, deadline: float
     return M.select_by_time(res, measure, Progress(verbose), deadline)
 
 
-def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> SearchResult:
-    t0 = time.monotonic()
-    deadline = t0 + cfg.time_limit
-    enumeration_deadline = t0 + ENUMERATION_SHARE * cfg.time_limit
+def _start(ref: KNGraph, cfg: SearchConfig, device: Target, pruned: dict):
+    """A search's steps before its workers: the input prologues, the seeds (as found
+    candidates; `pruned` counts the chain search's pruning), the bound they set, the
+    generator and its work items. Returns (prologue, found, bound, generator, items,
+    items the bound skipped)."""
     from .prologue import aliased, analyze
 
     pro = analyze(ref) if cfg.prologues else None
     pro = pro or aliased(ref)  # a residual x @ W + x: the add reads an alias of x
-    stats = Stats()
-    found = _seeds(ref, cfg, device, pro, stats.pruned)
+    found = _seeds(ref, cfg, device, pro, pruned)
     # branch and bound: items (and kernel states) whose every candidate costs more than
     # the seeds' top-k window are not searched
     bound = BOUND_WINDOW * min(v[1] for v in found.values()) if found else None
     gen = Generator(pro.core if pro is not None else ref, cfg, bound=bound, device=device)
     items, skipped = work_items(gen, device, bound)
+    return pro, found, bound, gen, items, skipped
+
+
+def _search(ref: KNGraph, cfg: SearchConfig, verbose: bool, device: Target) -> SearchResult:
+    t0 = time.monotonic()
+    deadline = t0 + cfg.time_limit
+    enumeration_deadline = t0 + ENUMERATION_SHARE * cfg.time_limit
+    stats = Stats()
+    pro, found, bound, gen, items, skipped = _start(ref, cfg, device, stats.pruned)
     workers = cfg.workers or (X.ray_workers() if cfg.executor == "ray" else os.cpu_count() or 1)
     pool = None
     if 1 < workers <= len(items):
