@@ -151,6 +151,42 @@ def write_table(lines: list, md: str | None) -> None:
             f.write(text)
 
 
+def time_beside_torch(name: str, opt, module, ins) -> tuple:
+    """Medians (µs, `triton.testing.do_bench`) of ours, the eager module, ours replayed
+    from a CUDA graph (no per-launch host cost, as torch.compile's graphs) and
+    torch.compile(mode="reduce-overhead"), and the graph's outputs after one replay (None,
+    and NaN times, where capturing or compiling failed: reported, the run goes on)."""
+    from triton.testing import do_bench
+
+    def bench(fn):
+        return do_bench(fn, warmup=50, rep=300, return_mode="median") * 1e3
+
+    t_ours, t_eager = bench(lambda: opt(*ins)), bench(lambda: module(*ins))
+    t_graph, outs, t_compiled = float("nan"), None, float("nan")
+    try:  # as a caller of torch.compile's graphs would: warm-up on a side stream, then capture
+        g, outs = capture_graphs([lambda: opt(*ins)])[0]
+        g.replay()
+        torch.cuda.synchronize()
+        t_graph = bench(g.replay)
+    except Exception as e:
+        outs = None
+        print(f"{name}: capturing ours in a CUDA graph failed: {type(e).__name__}: {e}", flush=True)
+    try:
+        torch._dynamo.reset()
+        c = torch.compile(module, mode="reduce-overhead")
+        for _ in range(3):
+            c(*ins)
+        t_compiled = bench(lambda: c(*ins))
+    except Exception as e:
+        print(f"{name}: torch.compile(mode='reduce-overhead') failed: {type(e).__name__}: {e}", flush=True)
+    return t_ours, t_eager, t_graph, outs, t_compiled
+
+
+
+def heavy_modules() -> list:
+    """The MLIR, torch-mlir and z3 modules imported so far: loading saved kernels needs none."""
+    return sorted(k for k in sys.modules if k.split(".")[0] in ("mlir", "torch_mlir", "z3"))
+
 def rel(a, b) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm())
@@ -172,7 +208,6 @@ def kernel_profile(fn, top: int = 8) -> str:
 
 def run(src: str, md: str | None, profile_kernels: int = 0, only=None) -> int:
     import mirage.torch as mt
-    from triton.testing import do_bench
 
     with open(os.path.join(src, "build.json")) as f:
         index = json.load(f)
@@ -184,7 +219,7 @@ def run(src: str, md: str | None, profile_kernels: int = 0, only=None) -> int:
         family, batch = name.rsplit("_bs", 1)
         step, ins = make(family, int(batch), index["context"], dev, index.get("small", False))
         opt = mt.load(os.path.join(src, name), module=step, weights=False)
-        heavy = sorted(k for k in sys.modules if k.split(".")[0] in ("mlir", "torch_mlir", "z3"))
+        heavy = heavy_modules()
         with warnings.catch_warnings(record=True) as w, torch.no_grad():
             warnings.simplefilter("always")
             ours = opt(*ins)
@@ -197,27 +232,8 @@ def run(src: str, md: str | None, profile_kernels: int = 0, only=None) -> int:
         errs = [rel(o, r) for o, r in zip(ours, ref)]
         errs_eager = [rel(e, r) for e, r in zip(eager, ref)]
         with torch.no_grad():
-            t_ours = do_bench(lambda: opt(*ins), warmup=50, rep=300, return_mode="median") * 1e3
-            t_eager = do_bench(lambda: step(*ins), warmup=50, rep=300, return_mode="median") * 1e3
-            t_ours_graph, errs_graph = float("nan"), [float("nan")]
-            try:  # ours replayed from a CUDA graph: no per-launch host cost, as torch.compile's graphs
-                # as a caller of torch.compile's graphs would: warm-up on a side stream, then capture
-                g, outs = capture_graphs([lambda: opt(*ins)])[0]
-                g.replay()
-                torch.cuda.synchronize()
-                errs_graph = [rel(o, r) for o, r in zip(outs, ref)]
-                t_ours_graph = do_bench(g.replay, warmup=50, rep=300, return_mode="median") * 1e3
-            except Exception as e:  # report, do not fail the run
-                print(f"{name}: capturing ours in a CUDA graph failed: {type(e).__name__}: {e}", flush=True)
-            t_graph = float("nan")
-            try:
-                torch._dynamo.reset()
-                c = torch.compile(step, mode="reduce-overhead")
-                for _ in range(3):
-                    c(*ins)
-                t_graph = do_bench(lambda: c(*ins), warmup=50, rep=300, return_mode="median") * 1e3
-            except Exception as e:  # report, do not fail the run
-                print(f"{name}: torch.compile(mode='reduce-overhead') failed: {type(e).__name__}: {e}", flush=True)
+            t_ours, t_eager, t_ours_graph, outs, t_graph = time_beside_torch(name, opt, step, ins)
+            errs_graph = [rel(o, r) for o, r in zip(outs, ref)] if outs is not None else [float("nan")]
         if profile_kernels:
             with torch.no_grad():
                 print(f"{name}: kernels of ours, 5 calls\n{kernel_profile(lambda: opt(*ins), profile_kernels)}", flush=True)

@@ -172,10 +172,6 @@ def _du(path: str) -> int:
     return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
 
 
-def _heavy() -> list:
-    return sorted(k for k in sys.modules if k.split(".")[0] in ("mlir", "torch_mlir", "z3"))
-
-
 def build(out: str, families, d: int, tokens: int, heads: int, time_limit: float) -> int:
     from models import _compile, _options
 
@@ -232,11 +228,7 @@ def build(out: str, families, d: int, tokens: int, heads: int, time_limit: float
 
 
 def run(src: str, md: str | None, families=None) -> int:
-    import mirage.torch as mt
-    from triton.testing import do_bench
-
-    from _cuda_graph import capture_graphs
-    from models import rel, write_table
+    from models import write_table
 
     with open(os.path.join(src, "build.json")) as f:
         index = json.load(f)
@@ -254,7 +246,7 @@ def run(src: str, md: str | None, families=None) -> int:
             ok = False
             continue
         try:
-            row = _run_one(mt, do_bench, capture_graphs, rel, src, name, entry, d, tokens, heads, dev)
+            row = _run_one(src, name, entry, d, tokens, heads, dev)
         except Exception as e:  # report, go on with the other blocks
             import traceback
 
@@ -288,10 +280,14 @@ def run(src: str, md: str | None, families=None) -> int:
     return 0 if ok else 1
 
 
-def _run_one(mt, do_bench, capture_graphs, rel, src, name, entry, d, tokens, heads, dev) -> dict:
+def _run_one(src, name, entry, d, tokens, heads, dev) -> dict:
+    import mirage.torch as mt
+
+    from models import heavy_modules, rel, time_beside_torch
+
     m, ids, inputs = gpu_block(name, d, heads, tokens, dev)
     opt = mt.load(os.path.join(src, name), module=m, weights=False)
-    heavy = _heavy()
+    heavy = heavy_modules()
     ins = inputs(1)
     with warnings.catch_warnings(record=True) as w, torch.no_grad():
         warnings.simplefilter("always")
@@ -303,28 +299,9 @@ def _run_one(mt, do_bench, capture_graphs, rel, src, name, entry, d, tokens, hea
         warnings.simplefilter("ignore")
         ref = _first(copy.deepcopy(m).double()(*[x if ids else x.double() for x in ins]))
     err, err_eager = rel(ours, ref), rel(eager, ref)
-    nan = float("nan")
     with torch.no_grad():
-        t_ours = do_bench(lambda: opt(*ins), warmup=50, rep=300, return_mode="median") * 1e3
-        t_eager = do_bench(lambda: m(*ins), warmup=50, rep=300, return_mode="median") * 1e3
-        t_ours_graph, err_graph = nan, nan
-        try:  # ours replayed from a CUDA graph: no per-launch host cost, as torch.compile's graphs
-            g, outs = capture_graphs([lambda: opt(*ins)])[0]
-            g.replay()
-            torch.cuda.synchronize()
-            err_graph = rel(_first(outs), ref)
-            t_ours_graph = do_bench(g.replay, warmup=50, rep=300, return_mode="median") * 1e3
-        except Exception as e:  # report, do not fail the run
-            print(f"{name}: capturing ours in a CUDA graph failed: {type(e).__name__}: {e}", flush=True)
-        t_compiled = nan
-        try:
-            torch._dynamo.reset()
-            c = torch.compile(m, mode="reduce-overhead")
-            for _ in range(3):
-                c(*ins)
-            t_compiled = do_bench(lambda: c(*ins), warmup=50, rep=300, return_mode="median") * 1e3
-        except Exception as e:  # report, do not fail the run
-            print(f"{name}: torch.compile(mode='reduce-overhead') failed: {type(e).__name__}: {e}", flush=True)
+        t_ours, t_eager, t_ours_graph, outs, t_compiled = time_beside_torch(name, opt, m, ins)
+    err_graph = rel(_first(outs), ref) if outs is not None else float("nan")
     # a NaN error (capture failed) fails the check, as in models.py
     passed = not fallbacks and not heavy and err < 1e-2 and err_graph < 1e-2
     print(f"{name}: rel.err ours {err:.1e} (CUDA graph {err_graph:.1e}) eager {err_eager:.1e}; {t_ours:.1f} us "
