@@ -13,7 +13,7 @@ import pytest
 
 import mirage as mi
 from mirage.core.graph import GraphError
-from mirage.lower import Options, convert_to_gpu, to_ptx
+from mirage.lower import LoweringError, Options, convert_to_gpu, to_ptx
 from mirage.lower.convert import plan_graph
 from mirage.lower.emitter import fmt_f32
 from mirage.lower.kernel_plan import CLUSTER_MAX, _unary_chain, choose_split
@@ -34,9 +34,9 @@ def chain(b, M, N, K, H, attn=False):
     return g
 
 
-def tiled(g, tm, tl, th):
+def tiled(g, tm, tl, th, kc=0):
     c = find_chain(g)
-    return build(g, plan_of(c, Tiling("n", tm, tl, th), SearchConfig()))
+    return build(g, plan_of(c, Tiling("n", tm, tl, th, kc), SearchConfig()))
 
 
 def kernel(g, **kw):
@@ -310,3 +310,72 @@ def test_cluster_parts_stay_clear_of_scratch_accumulators():
     assert max(reg.offset + reg.bytes, scr.offset + scr.bytes) <= p.smem
     low, ptx = to_ptx(g, options=Options(split=4), disk_cache=False)
     assert low.buffers == [] and ptx.count("ld.shared::cluster.v4.f32") == 2 * 4
+
+
+def _staged_loop(module: str) -> str:
+    """The outer for-loop's body of a lowered chain up to its yield, nested loops included."""
+    body = module.split("iter_args", 1)[1]
+    depth, out = 0, []
+    for line in body.splitlines()[1:]:
+        s = line.strip()
+        if s == "}" and depth == 0:
+            break
+        depth += s.endswith("{") - (s == "}" or s.startswith("} "))
+        out.append(s)
+    return "\n".join(out)
+
+
+def test_staged_first_gemm_streams_chunks_of_k():
+    """A and B staged in chunks of 64 of K ([stage]): the chain's first GEMM reads A [64, 256]
+    and B [256, 64] through a ring inside the loop over n (`KStage`, `mma_staged`): the
+    tiles are rings of chunks, the matmul an inner loop of cp.async copies and mma.sync steps
+    on the chunks, C still the second GEMM's fragments; the kernel assembles without spills."""
+    from mirage.lower import ptxas
+
+    whole, g = tiled(chain(1, 64, 128, 256, 64), 64, 64, 64), tiled(chain(1, 64, 128, 256, 64), 64, 64, 64, kc=64)
+    assert "{k_chunk = 64 : i64}" in g.to_mlir() and g.ops[0].body.smem_bytes() < whole.ops[0].body.smem_bytes()
+    whole, staged = kernel(whole, threads=128), kernel(g, threads=128)
+    mm0 = g.ops[0].body.ops[0]
+    assert not whole.kstage and list(staged.kstage) == [id(mm0)]
+    ks = staged.kstage[id(mm0)]
+    assert ks.kc == 64 and ks.stages == 4 and id(mm0) not in staged.wgmma and staged.notes["k_staged"] == "64x4"
+    ta, tb_ = staged.tiles[id(mm0.inputs[0])], staged.tiles[id(mm0.inputs[1])]
+    assert ta.shape == (1, 64, 64) == tb_.shape and ta.stages == 4 == tb_.stages
+    assert staged.notes["frag_fused"] == 1 and staged.smem < whole.smem
+    low = convert_to_gpu(g, Options(split=1, threads=128))
+    loop = _staged_loop(low.module)
+    before, inner = loop.split("scf.for", 1)  # the chunks' loop: a wait, copies, 4 k-steps of 8 tiles
+    assert before.rsplit("gpu.barrier", 1)[1].count("cp.async.commit.group") == 3  # chunks 0-2 issued before it
+    assert "nvvm.cp.async.wait.group 2" in inner and inner.count("nvgpu.mma.sync") == 32
+    after = inner.split("scf.yield", 1)[1]  # then C's fragments are E's A operand: no ldmatrix of C
+    assert "wgmma.mma_async" in after and "nvgpu.ldmatrix" not in after.split("wgmma.mma_async", 1)[0]
+    use = ptxas.usage(to_ptx(g, "sm_90", Options(split=1, threads=128))[1])
+    if use is not None:
+        assert all(u["spill_stores"] == 0 for u in use.values()), use
+    with pytest.raises(LoweringError, match=r"\[stage\].*tensor cores"):  # the μGraph's staging is not optional
+        kernel(g, threads=128, tensor_cores=False)
+
+
+def test_matmul_staged_where_whole_tiles_do_not_fit():
+    """MCFuser's G6 rows (K = 1024) in 64 x 64 x 64 tiles, a μGraph for a target of more
+    shared memory (kn.smem_capacity 512 KB: A [64, 1024] and B [1024, 64] are 256 KB),
+    planned for the H100 (227 KB): the plan stages the first GEMM in chunks of K_CHUNK on
+    its own, and the kernel fits."""
+    from mirage.core.graph import KNGraph
+    from mirage.lower.kernel_plan import K_CHUNK
+    from mirage.search.build import build_ops
+
+    ref = chain(1, 64, 128, 1024, 64)
+    g = KNGraph("big")
+    g.smem_capacity = 512 * 1024
+    ins = [g.new_input(t.shape, dtype=t.dtype) for t in ref.inputs]
+    ops, outs = plan_of(find_chain(ref), Tiling("n", 64, 64, 64), SearchConfig(smem_capacity=512 * 1024))
+    build_ops(g, ins, ops)
+    for k in outs:
+        g.mark_output(ins[k])
+    tb = g.ops[0].body
+    assert tb.smem_bytes() > Options().smem_capacity
+    p = kernel(g, threads=128)
+    mm0 = tb.ops[0]
+    assert list(p.kstage) == [id(mm0)] and p.kstage[id(mm0)].kc == K_CHUNK and p.smem <= p.opts.smem_capacity
+    assert p.notes["frag_fused"] == 1 and p.notes["k_staged"] == "64x4"

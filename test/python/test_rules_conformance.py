@@ -39,7 +39,7 @@ R = -1  # a replica in a map
 
 @dataclass
 class Block:
-    """A graph-defined kernel: `ins` (kernel input index, (x, y, z) map, loop dim), `ops`
+    """A graph-defined kernel: `ins` (kernel input index, (x, y, z) map, loop dim[, k_chunk]), `ops`
     (kind, operand tile indices, attrs; tiles are numbered inputs first, then each op's
     results), `outs` (tile index, (x, y, z) map, loop dim)."""
     ins: list
@@ -80,7 +80,7 @@ def build(case: Case) -> KNGraph:
     if case.block is not None:
         b = case.block
         tb = TBGraph(b.grid, b.block, b.forloop, b.dimx)
-        tiles = [tb.new_input(ts[k], m, fd) for k, m, fd in b.ins]
+        tiles = [tb.new_input(ts[k], m, fd, k_chunk=kc[0] if kc else 0) for k, m, fd, *kc in b.ins]
         for kind, refs, attrs in b.ops:
             xs = [tiles[r] for r in refs]
             if kind == "forloop_accum":
@@ -94,7 +94,7 @@ def build(case: Case) -> KNGraph:
             tiles += t.producer.outputs
         for r, m, fd in b.outs:
             tb.new_output(tiles[r], m, fd)
-        outs = g.customized([ts[k] for k, _, _ in b.ins], tb)
+        outs = g.customized([ts[i[0]] for i in b.ins], tb)
     else:
         outs = []
     for kind, refs, attrs in case.kn_ops:
@@ -172,8 +172,8 @@ def raw_graph(case: Case) -> KNGraph:
         tb.grid_dim, tb.block_dim = tuple(b.grid), tuple(b.block)
         tb.forloop_range, tb.reduction_dimx = b.forloop, b.dimx
         tiles = []
-        for k, m, fd in b.ins:
-            rec = TBInput(ts[k], tuple(m), fd)
+        for k, m, fd, *kc in b.ins:
+            rec = TBInput(ts[k], tuple(m), fd, k_chunk=kc[0] if kc else 0)
             rec.stensor = STensor(_tile(ts[k].shape, m, fd, b.grid, b.forloop), ts[k].dtype, rec, 0, graph=tb)
             tb.inputs.append(rec)
             tiles.append(rec.stensor)
@@ -183,7 +183,7 @@ def raw_graph(case: Case) -> KNGraph:
             tiles += op.outputs
         for r, m, fd in b.outs:
             tb.outputs.append(TBOutput(tiles[r], tuple(m), fd))
-        gd = Op("graph_def", [ts[k] for k, _, _ in b.ins], [], {}, tb)
+        gd = Op("graph_def", [ts[i[0]] for i in b.ins], [], {}, tb)
         for j, o in enumerate(tb.outputs):
             t = tiles[b.outs[j][0]]
             gd.outputs.append(DTensor(_grown(t.shape, o.omap, o.forloop_dim, b.grid, b.forloop), t.dtype, gd, j,
@@ -389,6 +389,27 @@ def smem_cases() -> list[Case]:
     return out
 
 
+def stage_cases() -> list[Case]:
+    """Staged inputs (k_chunk): a matmul of two, the chunk's rules, and [smem] counting two
+    chunks of each (A and B [64, 2048] x [2048, 64]: 512 KB whole, 32 KB staged)."""
+    ab = [((64, 2048), F16), ((2048, 64), F16)]
+    mm = [("matmul", [0, 1], {})]
+
+    def staged(kc_a=64, kc_b=64, inputs=ab, ops=mm):
+        return dict(inputs=inputs, block=blk(ins=[(0, (R, R, R), R, kc_a), (1, (R, R, R), R, kc_b)], ops=ops,
+                                             outs=[(2, (R, R, R), R)]))
+    out = pair("staged-pair", "stage", staged(), staged(kc_b=0))
+    out += pair("staged-chunk-multiple-of-16", "stage", staged(32, 32), staged(24, 24))
+    small = [((64, 256), F16), ((256, 64), F16)]
+    out += pair("staged-two-chunks", "stage", staged(128, 128, small), staged(256, 256, small))
+    out.append(Case("staged-read-by-other-op-bad", "stage", ab,
+                    blk(ins=[(0, (R, R, R), R, 64), (1, (R, R, R), R, 64)], ops=mm + [("exp", [0], {})],
+                        outs=[(2, (R, R, R), R), (3, (R, R, R), R)])))
+    big = [((1024, 2048), F16), ((2048, 64), F16)]  # A's two chunks: 256 KB
+    out += pair("staged-smem", "smem", staged(), staged(inputs=big))
+    return out
+
+
 def dimx_cases() -> list[Case]:
     out = pair("reduction-to-dimx", "dimx",
                dict(inputs=X, block=blk(dimx=32, ops=[("reduction_to_dimx", [0], {})], outs=[(1, (R, R, R), R)])),
@@ -448,7 +469,7 @@ def shape_dtype_nesting_cases() -> list[Case]:
 
 
 CASES = (launch_cases() + map_cases() + divisibility_cases() + omap_cases() + accumulator_cases()
-         + smem_cases() + dimx_cases() + shape_dtype_nesting_cases())
+         + stage_cases() + smem_cases() + dimx_cases() + shape_dtype_nesting_cases())
 
 
 def random_case(seed: int) -> Case:
@@ -511,7 +532,7 @@ def test_rule_corpus(case):
 
 def test_corpus_covers_every_rule_both_ways():
     tags = {c.expect for c in CASES}
-    assert {"launch", "map", "divisibility", "omap", "accumulator", "smem", "dimx", "shape", "dtype",
+    assert {"launch", "map", "divisibility", "omap", "accumulator", "stage", "smem", "dimx", "shape", "dtype",
             "nesting"} <= tags
     for t in tags - {None}:
         names = {c.name.rsplit("-", 1)[0] for c in CASES if c.expect == t}

@@ -209,6 +209,7 @@ class TBInput:
     imap: tuple[int, int, int]
     forloop_dim: int
     stensor: STensor = None
+    k_chunk: int = 0  # staged in chunks of its matmul's K ([stage]; 0: the whole tile)
 
 
 @dataclass(eq=False)
@@ -244,13 +245,17 @@ class TBGraph(_TensorOps):
         """Tile shape of a tensor of `shape` read with grid map `dmap` and `loop_dim`."""
         return R.input_tile(shape, dmap, loop_dim, self.grid_dim, self.forloop_range, what)
 
-    def new_input(self, dtensor: DTensor, input_map, forloop_dim: int, store_in_dmem: bool = False) -> STensor:
+    def new_input(self, dtensor: DTensor, input_map, forloop_dim: int, store_in_dmem: bool = False,
+                  k_chunk: int = 0) -> STensor:
+        """The tile of `dtensor` this block reads (`input_map`, `forloop_dim`); `k_chunk`:
+        staged, its one matmul reads it k_chunk at a time along K ([stage])."""
         imap = R.map_arg(input_map, "input_map")
         if not isinstance(dtensor, DTensor):  # docs/ir.md: tb.input reads a region argument ([map])
             raise GraphError(f"[map] new_input reads a device tensor, got {dtensor!r}")
         forloop_dim = R.int_arg(forloop_dim, "new_input forloop_dim", "map")
+        k_chunk = R.int_arg(k_chunk, "new_input k_chunk", "stage", lo=0)
         tile = self.partition(dtensor.shape, imap, forloop_dim, f"input {len(self.inputs)}")
-        rec = TBInput(dtensor, imap, forloop_dim)
+        rec = TBInput(dtensor, imap, forloop_dim, k_chunk=k_chunk)
         rec.stensor = STensor(tile, dtensor.dtype, rec, 0, graph=self)
         self.inputs.append(rec)
         return rec.stensor

@@ -133,7 +133,8 @@ def _print_block_graph(op: Op, nm: _Namer, ind: str) -> list[str]:
     ind2 = ind + "  "
     for a, rec in zip(args, tb.inputs):
         name = inner.define(rec.stensor)
-        lines.append(f"{ind2}{name} = tb.input {a} map {fmt_map(rec.imap, rec.forloop_dim)} : "
+        staged = f" {{k_chunk = {rec.k_chunk} : i64}}" if rec.k_chunk else ""
+        lines.append(f"{ind2}{name} = tb.input {a} map {fmt_map(rec.imap, rec.forloop_dim)}{staged} : "
                      f"{tensor_type(rec.dtensor)} -> {tensor_type(rec.stensor)}")
     for o in tb.ops:
         if o.kind == "forloop_accum":

@@ -17,6 +17,7 @@ both sides accept and reject the same graphs with the same tag.
 | `divisibility` | input_tile                                                  |
 | `omap`         | output_shape                                                |
 | `accumulator`  | accumulator_kind, rescale_kind, check_accumulators          |
+| `stage`        | check_staging                                               |
 | `smem`         | check_smem                                                  |
 | `dimx`         | accum_shape, op_shape (reduction_to_dimx)                   |
 | `strides`      | check_output_strides (builder only: outputs are row-major)  |
@@ -50,7 +51,9 @@ RULES = {
     "omap": "every grid dim of size > 1 maps to a dim of each output",
     "accumulator": "paths from loop-varying inputs to outputs pass exactly one accumulator (none to an "
                    "output saved every iteration); no path passes two",
-    "smem": "the tiles of a block graph fit in shared memory",
+    "stage": "a staged input (k_chunk) is read by one matmul alone, whose other operand is an input staged "
+             "alike; the chunk, a multiple of 16, cuts the contracted dim into two or more",
+    "smem": "the tiles of a block graph fit in shared memory (a staged input's: two chunks)",
     "dimx": "the last dim reduced to dimx is a multiple of dimx",
     "strides": "outputs are row-major",
     "output": "a kernel graph has at least one output",
@@ -350,10 +353,43 @@ def accum_shape(kind: str, shape, dimx: int) -> tuple[int, ...]:
 
 # -- whole block graph: [launch] [smem] [accumulator] ---------------------------------------
 
+STAGED_CHUNKS = 2  # chunks of a staged input that [smem] counts: the lowering's shallowest ring
+
+
+def _staged_matmul(tb, rec):
+    """The matmul that reads staged input `rec` if [stage] holds for it, else None."""
+    users = [(op, k) for op in tb.ops for k, t in enumerate(op.inputs) if t is rec.stensor]
+    if len(users) != 1 or users[0][0].kind != "matmul":
+        return None
+    mm, k = users[0]
+    other = getattr(mm.inputs[1 - k].producer, "k_chunk", 0)
+    K = mm.inputs[0].shape[-1]
+    kc = rec.k_chunk
+    ok = other == kc and kc > 0 and kc % 16 == 0 and K % kc == 0 and K // kc >= 2
+    return mm if ok else None
+
+
+def check_staging(tb) -> None:
+    """[stage] every staged input (k_chunk) is read by one matmul alone whose other operand
+    is an input staged alike, and its chunk, a multiple of 16, cuts K into two or more."""
+    for k, rec in enumerate(tb.inputs):
+        if rec.k_chunk and _staged_matmul(tb, rec) is None:
+            raise GraphError(f"[stage] input {k} (k_chunk = {rec.k_chunk}): a staged input is read by one "
+                             f"matmul alone, whose other operand is an input staged alike, and its chunk, a "
+                             f"multiple of 16, cuts the contracted dim into two or more")
+
+
 def smem_bytes(tb) -> int:
-    """Bytes of shared memory of a block graph's tiles (its inputs' and every op's results)."""
+    """Bytes of shared memory of a block graph's tiles (its inputs' and every op's results;
+    of a staged input, STAGED_CHUNKS chunks)."""
     tiles = [r.stensor for r in tb.inputs] + [t for op in tb.ops for t in op.outputs]
-    return sum(prod(t.shape) * t.dtype.itemsize for t in tiles)
+    total = sum(prod(t.shape) * t.dtype.itemsize for t in tiles)
+    for rec in tb.inputs:
+        mm = _staged_matmul(tb, rec) if rec.k_chunk else None
+        if mm is not None:
+            full = prod(rec.stensor.shape) * rec.stensor.dtype.itemsize
+            total -= full - full // mm.inputs[0].shape[-1] * rec.k_chunk * STAGED_CHUNKS
+    return total
 
 
 def accum_counts(tb, varying_only: bool = True) -> dict:
@@ -416,9 +452,10 @@ def check_accumulators(tb) -> None:
 
 def check_block_graph(tb, smem_capacity: int | None = None) -> None:
     """The whole-graph rules of a block graph, in the C++ verifier's order: [launch] it has
-    an output, [smem], [accumulator]."""
+    an output, [stage], [smem], [accumulator]."""
     if not tb.outputs:
         raise GraphError("[launch] the block graph has no output")
+    check_staging(tb)
     check_smem(tb, smem_capacity)
     check_accumulators(tb)
 

@@ -13,6 +13,7 @@ malformed JSON raises `GraphJSONError` naming the place (`ops[2].inputs[0]`).
                  "grid_dim": [4, 1, 1], "block_dim": [128, 1, 1], "forloop_range": 2,
                  "reduction_dimx": 64,
                  "inputs": [{"imap": [-1, -1, -1], "forloop_dim": 1}, ...],  # k-th reads the op's k-th input
+                                                      # (a staged one also "k_chunk": 64)
                  "ops": [{"kind": "forloop_accum", "inputs": [2], "attrs": {"kind": "sum"}},
                          {"kind": "thread_graph", "inputs": [3], "thread_graph": {
                              "inputs": ["f16"], "ops": [...], "outputs": [1]}}, ...],
@@ -95,7 +96,8 @@ def _block_graph(tb: TBGraph) -> dict:
             ops.append(_table_op(op, nm))
     return {"grid_dim": list(tb.grid_dim), "block_dim": list(tb.block_dim), "forloop_range": tb.forloop_range,
             "reduction_dimx": tb.reduction_dimx,
-            "inputs": [{"imap": list(r.imap), "forloop_dim": r.forloop_dim} for r in tb.inputs],
+            "inputs": [{"imap": list(r.imap), "forloop_dim": r.forloop_dim, **({"k_chunk": r.k_chunk} if r.k_chunk else {})}
+                       for r in tb.inputs],
             "ops": ops,
             "outputs": [{"tensor": nm[o.stensor], "omap": list(o.omap), "forloop_dim": o.forloop_dim}
                         for o in tb.outputs]}
@@ -251,7 +253,8 @@ def _load_block_graph(data, dts: list, where: str) -> TBGraph:
     for k, (rec, t) in enumerate(zip(ins, dts)):
         w = f"{where}.inputs[{k}]"
         imap = _ints(_get(rec, "imap", w, list), f"{w}.imap")
-        env.add(_build_step(lambda: tb.new_input(t, imap, _get(rec, "forloop_dim", w, int)), w))
+        kc = _get(rec, "k_chunk", w, int) if "k_chunk" in rec else 0
+        env.add(_build_step(lambda: tb.new_input(t, imap, _get(rec, "forloop_dim", w, int), k_chunk=kc), w))
     for k, rec in enumerate(_get(data, "ops", where, list)):
         w = f"{where}.ops[{k}]"
         xs = _op_inputs(rec, env, w)

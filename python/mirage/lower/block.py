@@ -216,6 +216,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         else:
             self.bz = e.op("gpu.block_id z", "bid") if g[2] > 1 else 0
         self.blin = e.add(self.bx, e.mul(g[0], e.add(self.by, e.mul(g[1], self.bz))))
+        self.itg: Idx = 0  # the for-loop's iteration (the loop sets it): staged matmuls' copies
         if self.p.rows:
             return self.lower_rows()
         self.smem_base = e.op(f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>", "smem")
@@ -248,7 +249,8 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         accs = [op for op in tb.ops if is_accumulator(op.kind)]
         pre_ops = [op for op in tb.ops if not is_accumulator(op.kind) and id(op) not in post]
         post_ops = [op for op in tb.ops if id(op) in post]
-        inv = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim == -1]
+        staged = self.p.kstaged_inputs()  # copied by their matmul, chunk by chunk
+        inv = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim == -1 and k not in staged]
 
         if self.mode == "combine":
             for k in inv:
@@ -268,7 +270,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         R, it0, reg_ops, reg_inits = self.loop_setup(accs, inv, split, wait_invariant=True)
         S = self.p.S
         it, args, res, close = e.for_iter(0, R, 1, reg_inits or [(e.f32(0.0), "f32")])
-        itg = e.add(it0, it)
+        itg = self.itg = e.add(it0, it)
         # loads of this iteration
         if S > 1:
             nxt = e.add(it, S - 1)
@@ -284,8 +286,8 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
                 boff = e.add(tile.offset, e.mul(slot, tile.stage_bytes))
                 self.views[id(t)] = self._make_view(tile, boff)
                 self.views2d[id(t)] = self._make_view(tile, boff, True)
-        sync_varying = [k for k, rec in enumerate(tb.inputs)
-                        if rec.forloop_dim != -1 and (S == 1 or k not in self.p.varying_async)]
+        sync_varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1
+                        and (S == 1 or k not in self.p.varying_async) and k not in self.p.kstaged_inputs()]
         for k in sync_varying:
             self.load_input(k, itg, None)
         if S == 1 and any(self.p.async_in[k] for k in sync_varying):
@@ -491,8 +493,8 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         post = [j for j in order if self.p.region[j] == "post"]
         self._reset()
         S = self.p.S
-        sync_varying = [k for k, rec in enumerate(tb.inputs)
-                        if rec.forloop_dim != -1 and (S == 1 or k not in self.p.varying_async)]
+        sync_varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1
+                        and (S == 1 or k not in self.p.varying_async) and k not in self.p.kstaged_inputs()]
         overlap = not sync_varying and self._overlap_ok(loop)
         rotate = overlap and self._rotate_ok(loop)
         overlap = overlap and not rotate  # (a rotated loop leaves nothing in flight across iterations)
@@ -525,7 +527,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
             self._set_parts(args[nreg:])
             self.frag_args = args[:nreg]
             self.new_frags = list(args[:nreg]) if reg_inits else []
-            itg = e.add(it0, it)
+            itg = self.itg = e.add(it0, it)
             self._ring_top(it, R, it0, ahead, sync_varying, inv, None)
             self.wgmma_pending = None  # defer: the loop's matmuls overlap each other
             for j in loop:
@@ -725,7 +727,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         fit in `ROTATE_FRAG_REGS` registers."""
         p, ops = self.p, self.tb.ops
         first = ops[loop[0]]
-        if id(first) not in p.frag_fuse or any(rec.forloop_dim != -1 for rec in self.tb.outputs):
+        if p.kstage or id(first) not in p.frag_fuse or any(rec.forloop_dim != -1 for rec in self.tb.outputs):
             return False
         chain = id((p.frag_fuse[id(first)] or first).outputs[0])
         ring = {id(self.tb.inputs[k].stensor) for k in p.varying_async}
@@ -754,7 +756,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         covers every reader of the ring), a ring of three or more stages, and only
         warpgroup matmuls read the ring's tiles."""
         p, ops = self.p, self.tb.ops
-        if p.S < 3 or p.nthreads != 128 or not loop:
+        if p.S < 3 or p.nthreads != 128 or not loop or p.kstage:
             return False
         first = ops[loop[0]]
         deferred = {id(m) for m in p.reg_acc.values()}

@@ -75,8 +75,8 @@ def _sym(name: str) -> str:
 
 def convert(g: KNGraph, options: Options | None = None, name: str | None = None) -> Lowered:
     opts = options or Options()
-    if g.smem_capacity:
-        opts.smem_capacity = g.smem_capacity
+    if g.smem_capacity:  # the module's target (a copy: the caller's options stay as they are)
+        opts = replace(opts, smem_capacity=g.smem_capacity)
     base = _sym(name or g.name)
     gp = plan_graph(g, opts, base)
     kernels, infos, texts = [], [], []

@@ -257,6 +257,25 @@ class Options:
     clusters: bool = True
 
 
+K_CHUNK = 64  # K of the chunks of a matmul the lowering stages on its own (`KernelPlan.kstage`)
+
+
+@dataclass
+class KStage:
+    """A matmul staged in chunks of K (`KernelPlan.kstage`): its operands A [.., M, K] and
+    B [K, N], inputs `inputs` of the block graph, are copied kc columns of A and kc rows of
+    B at a time into a ring of `stages` slots inside the matmul, which runs as K / kc
+    matmuls `sub` on the chunks (`MatmulEmitter.mma_staged`). A tile too big for shared
+    memory, A of a GEMM chain whose K is large (MCFuser's G6: 64 x 1024), then takes
+    `stages` chunks; each iteration of the for-loop reads A again (from L2). The μGraph
+    says so (`tb.input`'s k_chunk, [stage]); where the whole tiles do not fit the lowering
+    stages a matmul of two inputs on its own, in chunks of K_CHUNK."""
+    kc: int
+    stages: int
+    inputs: tuple
+    sub: Op
+
+
 def running_maxima(tb: TBGraph) -> list[Op]:
     """The `reduction_max` ops that keep a running max across the for-loop's iterations
     (their operand changes from iteration to iteration)."""
@@ -352,9 +371,10 @@ def cluster_rows(tb: TBGraph) -> int:
 def loop_intensity(tb: TBGraph) -> float:
     """FLOPs of the matmuls in the for-loop's body an iteration (those reading what the loop
     streams, before an accumulator) per byte of the tiles it streams (the inputs that vary
-    with the loop); 0 where nothing streams."""
+    with the loop, and staged ones, read again each iteration); 0 where nothing streams."""
     varying = {id(r.stensor) for r in tb.inputs if r.forloop_dim != -1}
-    streamed = sum(prod(r.stensor.shape) * r.stensor.dtype.itemsize for r in tb.inputs if r.forloop_dim != -1)
+    streamed = sum(prod(r.stensor.shape) * r.stensor.dtype.itemsize for r in tb.inputs
+                   if r.forloop_dim != -1 or r.k_chunk)
     flops = 0
     for op in tb.ops:
         if op.kind.startswith("forloop_accum") or not any(id(t) in varying for t in op.inputs):
@@ -614,6 +634,7 @@ class KernelPlan:
         self.wgmma: set[int] = set()  # those of them run as warpgroup matmuls (`_wgmma_ok`)
         self.reg_acc: dict[int, Op] = {}  # id(accum op) -> matmul op whose fragments it keeps
         self.notes: dict = {"mma": 0, "cp_async_inputs": 0, "stages": 1, "warp_reductions": 0}
+        self.kstage: dict[int, KStage] = {}  # id(matmul) -> its staging in chunks of K
         self.rows = plan_rows(tb, ins, outs, opts, self.nthreads) if mode == "full" and outs else None
         # the ring depth and offsets recorded in the IR for this kernel (`tb.smem`, read by the
         # importer: role -> (stages, {buffer: offset})), taken instead of planned; the record of
@@ -630,7 +651,61 @@ class KernelPlan:
             self.block, self.nthreads, self.smem = (self.rows.threads, 1, 1), self.rows.threads, self.rows.smem
             self.notes["row_registers"] = f"{self.rows.passes}x{self.rows.per_row} chunks/thread, {self.rows.tpr} threads/row"
             return
-        self.plan()
+        self.kstage = self._kstage(None)  # those the μGraph stages
+        try:
+            self.plan()
+        except LoweringError as err:  # the whole tiles do not fit: stage the matmuls that can be
+            if self.kstage or self.recorded is not None or not str(err).startswith("[smem]"):
+                raise
+            self.kstage = self._kstage(K_CHUNK)
+            if not self.kstage:
+                raise
+            self.plan()
+            self.notes["k_staged_by_lowering"] = True
+
+    def _kstage(self, kc: int | None) -> dict[int, KStage]:
+        """The matmuls to stage in chunks of kc along K (`KStage`; kc None: those whose
+        operands the μGraph stages, in its chunks): on the tensor cores, both operands
+        inputs of the block graph (copied with cp.async) that no other op reads, K a
+        multiple of kc with at least two chunks."""
+        cons = self._consumers()
+        pos = {id(rec.stensor): k for k, rec in enumerate(self.tb.inputs)}
+        out = {}
+        for j, op in enumerate(self.tb.ops):
+            if op.kind != "matmul":
+                continue
+            a, b = op.inputs
+            K = a.shape[-1]
+            staged = id(a) in pos and self.tb.inputs[pos[id(a)]].k_chunk
+            c = staged if kc is None else kc
+            if not c or id(a) not in pos or id(b) not in pos:
+                continue
+            if (not mma_ok(op, self.opts, self.nthreads) or a is b or len(cons[id(a)]) != 1 or len(cons[id(b)]) != 1
+                    or c % 16 or K % c or K // c < 2 or prod(b.shape[:-2]) != 1 or not self.opts.async_copy):
+                if kc is None:  # the μGraph asks for what this lowering cannot do
+                    raise LoweringError(f"[stage] kernel {self.name}: op {j}'s operands are staged (k_chunk = {c}) "
+                                        f"but it does not run on the tensor cores with cp.async copies under these "
+                                        f"options", self.tb)
+                continue
+            sa = STensor(a.shape[:-1] + (c,), a.dtype)
+            sb = STensor(b.shape[:-2] + (c, b.shape[-1]), b.dtype)
+            sub = Op("matmul", [sa, sb], [STensor(op.outputs[0].shape, op.outputs[0].dtype)])
+            out[id(op)] = KStage(c, max(2, min(self.opts.stages, K // c)), (pos[id(a)], pos[id(b)]), sub)
+        return out
+
+    def tile_of(self, t: STensor) -> Tile:
+        """The tile of `t`, or of a chunk of a staged matmul (`KStage.sub`): its operand's ring."""
+        if id(t) in self.tiles:
+            return self.tiles[id(t)]
+        for op in self.tb.ops:
+            ks = self.kstage.get(id(op))
+            if ks is not None and any(t is x for x in ks.sub.inputs):
+                return self.tiles[id(op.inputs[ks.sub.inputs.index(t)])]
+        raise KeyError(t)
+
+    def kstaged_inputs(self) -> set[int]:
+        """Inputs of the block graph copied by their staged matmul (not by the loop)."""
+        return {k for ks in self.kstage.values() for k in ks.inputs}
 
     def _consumers(self):
         cons: dict[int, list] = {}
@@ -762,6 +837,13 @@ class KernelPlan:
 
         for rec in tb.inputs:
             self.tiles[id(rec.stensor)] = mk(rec.stensor)
+        for ks in self.kstage.values():  # the operands of a staged matmul: rings of chunks, padded rows
+            for k, t in zip(ks.inputs, ks.sub.inputs):
+                tl = Tile(tuple(t.shape), t.dtype.mlir, t.dtype.itemsize, stages=ks.stages)
+                tl.ld = tl.cols + 8
+                if k == ks.inputs[0]:
+                    tl.rows_alloc = -(-tl.rows // 16) * 16
+                self.tiles[id(tb.inputs[k].stensor)] = tl
         for op in tb.ops:
             for t in op.outputs:
                 if id(t) in reg_mm_out or (self.cluster and not self.cluster_post and op.kind == "forloop_accum"):
@@ -778,7 +860,12 @@ class KernelPlan:
         for k, rec in enumerate(tb.inputs):
             self.async_in[k] = self._vec_copy(rec, self.ins[k])
         self.gather_in = {k: 0 if self.async_in[k] else self._gather(rec, self.ins[k]) for k, rec in enumerate(tb.inputs)}
-        varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1 and self.async_in[k]]
+        staged = self.kstaged_inputs()
+        if any(not self.async_in[k] for k in staged):
+            raise LoweringError(f"[smem] kernel {self.name}: a staged matmul's operand cannot be copied in "
+                                f"16-byte chunks", tb)
+        varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1 and self.async_in[k]
+                   and k not in staged]
         self.flag = Tile((1,), "f32", 4) if self.fold else None
         # partial row sums of warps that share a row (`warp_rows` with few, long rows)
         red = [self.nthreads // 32 for dims in self._rowwise_dims() if self._row_split(*dims) > 1]
@@ -809,15 +896,25 @@ class KernelPlan:
             off = self._place(varying, S, final=True)
             if self.cluster:
                 off = max(off, self.place_parts(off if self.cluster_post else 0))
-            if off <= self.opts.smem_capacity or S == 1 or self.recorded is not None:
+            deep = [ks for ks in self.kstage.values() if ks.stages > 2]
+            if off <= self.opts.smem_capacity or (S == 1 and not deep) or self.recorded is not None:
                 break
-            S -= 1  # a shallower ring beside the cluster's partials (GPT-2's MLP: 234624 bytes at 4 stages)
+            if S > 1:
+                S -= 1  # a shallower ring beside the cluster's partials (GPT-2's MLP: 234624 bytes at 4 stages)
+                continue
+            for ks in deep:  # then shallower rings of the staged matmuls' chunks
+                ks.stages -= 1
+                for k in ks.inputs:
+                    self.tiles[id(tb.inputs[k].stensor)].stages = ks.stages
         self.S = S
         self.varying_async = varying
         self.notes["stages"] = S
         self.notes["cp_async_inputs"] = sum(1 for v in self.async_in.values() if v)
         self.smem = off
-        self.wgmma = {id(op) for op in tb.ops if id(op) in self.mma_ops and self._wgmma_ok(op)}
+        self.wgmma = {id(op) for op in tb.ops if id(op) in self.mma_ops and id(op) not in self.kstage
+                      and self._wgmma_ok(op)}
+        if self.kstage:
+            self.notes["k_staged"] = ", ".join(f"{ks.kc}x{ks.stages}" for ks in self.kstage.values())
         if self.wgmma:
             self.notes["wgmma"] = len(self.wgmma)
         if off > self.opts.smem_capacity:

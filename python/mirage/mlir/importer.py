@@ -176,7 +176,8 @@ def _import_graph_def(op, env: _Env, g: KNGraph, origins: dict):
                 if k is None:
                     raise MLIRImportError("tb.input must read a region argument", o)
                 imap, loop = parse_map(str(_attr(o, "map")))
-                inner[o.results[0]] = tb.new_input(dts[k], imap, loop)
+                kc = _int(o.attributes["k_chunk"]) if "k_chunk" in o.attributes else 0
+                inner[o.results[0]] = tb.new_input(dts[k], imap, loop, k_chunk=kc)
                 origins[id(inner[o.results[0]])] = o
                 reads.append(dts[k])
             elif name == "tb.output":

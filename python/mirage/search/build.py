@@ -41,7 +41,8 @@ def build_ops(g: KNGraph, tensors: list, ops, thread_graphs: bool = True) -> lis
         else:
             _, I, grid, forloop, dimx, maps, bops, omaps = op
             tb = TBGraph(grid, (128, 1, 1), forloop, dimx)
-            tiles = [tb.new_input(tensors[i], imap, fmap) for i, (imap, fmap) in zip(I, maps)]
+            # (map, loop dim) or (map, loop dim, k_chunk): a staged input ([stage])
+            tiles = [tb.new_input(tensors[i], m[0], m[1], k_chunk=m[2] if len(m) > 2 else 0) for i, m in zip(I, maps)]
             for kind, ins, attrs in bops:
                 xs = [tiles[i] for i in ins]
                 ad = dict(attrs)

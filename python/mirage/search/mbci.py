@@ -43,6 +43,7 @@ import random
 from dataclasses import dataclass
 
 from ..core import ops as O
+from ..lower.kernel_plan import K_CHUNK
 from ..target import DEFAULT, Target
 from .config import SearchConfig
 
@@ -81,6 +82,7 @@ class Tiling:
     tm: int
     tl: int    # the loop's tile: Tn (form n) or Tk (form k)
     th: int
+    kc: int = 0  # form n: A and B staged in chunks of kc of K inside each iteration (0: whole)
 
 
 def find_chain(core) -> Chain | None:
@@ -133,11 +135,18 @@ def tile_options(n: int) -> list[int]:
 
 
 def smem_estimate(c: Chain, t: Tiling) -> int:
-    """Eq. (1): the tiles a block holds (f16 operands, f32 accumulators)."""
+    """Eq. (1): the tiles a block holds (f16 operands, f32 accumulators; A and B staged:
+    two chunks of each, as [smem] counts them)."""
     s = c.itemsize
     if t.form == "n":
-        return s * (t.tm * c.K + c.K * t.tl + t.tl * t.th + t.tm * t.tl) + 4 * t.tm * t.th + 4 * t.tm
+        k = 2 * t.kc if t.kc else c.K
+        return s * (t.tm * k + k * t.tl + t.tl * t.th + t.tm * t.tl) + 4 * t.tm * t.th + 4 * t.tm
     return s * (t.tm * t.tl + t.tl * c.N + c.N * t.th + t.tm * c.N) + 4 * t.tm * c.N + 4 * t.tm * t.th
+
+
+def staged_ok(c: Chain) -> bool:
+    """Whether the loop-over-n form can stage A and B in chunks of K_CHUNK ([stage])."""
+    return c.K % K_CHUNK == 0 and c.K // K_CHUNK >= 2
 
 
 def blocks(c: Chain, t: Tiling) -> int:
@@ -154,8 +163,8 @@ def launched_blocks(c: Chain, t: Tiling, sms: int) -> int:
     from ..lower.kernel_plan import default_split
 
     nb = blocks(c, t)
-    if t.form == "n":  # B [K, tl] and D [tl, th] stream; C = A @ B, then C @ D
-        flops, streamed = 2 * t.tm * t.tl * (c.K + t.th), t.tl * (c.K + t.th)
+    if t.form == "n":  # B [K, tl] and D [tl, th] stream (and a staged A [tm, K]); C = A @ B, then C @ D
+        flops, streamed = 2 * t.tm * t.tl * (c.K + t.th), t.tl * (c.K + t.th) + (t.tm * c.K if t.kc else 0)
     else:  # A [tm, tl] and B [tl, N] stream; C += A @ B
         flops, streamed = 2 * t.tm * t.tl * c.N, t.tl * (t.tm + c.N)
     intensity = flops / (streamed * c.itemsize)
@@ -172,10 +181,12 @@ def warp_resident(c: Chain, t: Tiling, warps: int) -> bool:
 
 
 def model_time(c: Chain, t: Tiling, dev: Target = DEFAULT) -> float:
-    """Eqs. (2)-(5): per block, L_A once (hoisted), L_B and L_D over the whole loop, S_E
-    once; C and E's FLOPs; times the blocks, slowed by alpha."""
+    """Eqs. (2)-(5): per block, L_A once (hoisted; staged, once an iteration of loop n),
+    L_B and L_D over the whole loop, S_E once; C and E's FLOPs; times the blocks, slowed
+    by alpha."""
     nb = blocks(c, t)
-    per_block = c.itemsize * (t.tm * c.K + c.K * c.N + c.N * t.th + t.tm * t.th)
+    a_loads = c.N // t.tl if t.form == "n" and t.kc else 1
+    per_block = c.itemsize * (t.tm * c.K * a_loads + c.K * c.N + c.N * t.th + t.tm * t.th)
     flops = 2 * t.tm * c.N * (c.K + t.th)
     t_mem = nb * per_block / dev.dram_bw
     t_comp = nb * flops / dev.tensor_flops
@@ -199,6 +210,8 @@ def space(c: Chain, cfg: SearchConfig, pruned: dict, split_aware: bool = False) 
                     continue  # no loop: the other form's degenerate case
                 for th in tile_options(c.H):
                     t = Tiling(form, tm, tl, th)
+                    if smem_estimate(c, t) > 1.2 * cfg.smem_capacity and form == "n" and staged_ok(c):
+                        t = Tiling(form, tm, tl, th, K_CHUNK)  # the deep tiling: A and B stream over k
                     if smem_estimate(c, t) > 1.2 * cfg.smem_capacity:
                         pruned["mbci smem"] = pruned.get("mbci smem", 0) + 1
                     elif blocks(c, t) > cfg.max_blocks:
@@ -225,7 +238,7 @@ def plan_of(c: Chain, t: Tiling, cfg: SearchConfig):
     dmap = (b0, -1, last if gh else -1)
     I = (c.a, c.b, c.d)
     if t.form == "n":
-        maps = ((amap, -1), (bmap, last), (dmap, rows))
+        maps = ((amap, -1, t.kc), (bmap, last, t.kc), (dmap, rows)) if t.kc else ((amap, -1), (bmap, last), (dmap, rows))
         loop = c.N // t.tl
     else:
         maps = ((amap, last), (bmap, rows), (dmap, -1))
@@ -335,12 +348,13 @@ def longest_loops(tilings: list[Tiling], cands: list[Tiling], cost_of, pruned: d
     out = []
     for t in tilings:
         if t.form == "n":
-            tls = sorted(x.tl for x in cands if (x.form, x.tm, x.th) == (t.form, t.tm, t.th))
+            sib = {x.tl: x for x in cands if (x.form, x.tm, x.th) == (t.form, t.tm, t.th)}  # (staged or not)
+            tls = sorted(sib)
             most = LOOP_TILE if t.tm == 16 * warps else max(tls, default=t.tl)
             # longer tiles; for a warp-resident tile over LOOP_TILE, those up to it
             other = [x for x in tls if x <= most and (x > t.tl or t.tl > most)]
             for tl in sorted(other, reverse=True):  # the longest that costs no more (ties to rounding)
-                s = Tiling(t.form, t.tm, tl, t.th)
+                s = sib[tl]
                 if cost_of(s) <= cost_of(t) * (1 + 1e-9):
                     t = s
                     break

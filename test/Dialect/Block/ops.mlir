@@ -234,3 +234,20 @@ func.func @plan(%a: tensor<16x64xf16>) -> tensor<16x64xf16> {
   }
   return %o : tensor<16x64xf16>
 }
+
+// -----
+
+// Staged inputs: [smem] counts two chunks of each (32 KiB), not the whole tiles (256 KiB).
+// CHECK-LABEL: func.func @staged
+func.func @staged(%a: tensor<64x1024xf16>, %b: tensor<1024x64xf16>) -> tensor<64x64xf16> {
+  %o = kn.graph_def (%a, %b) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<64x1024xf16>, tensor<1024x64xf16>) -> tensor<64x64xf16> {
+  ^bb0(%a0: tensor<64x1024xf16>, %a1: tensor<1024x64xf16>):
+    // CHECK: tb.input %{{.*}} map <> {k_chunk = 64 : i64} : tensor<64x1024xf16> -> tensor<64x1024xf16>
+    %ta = tb.input %a0 map <> {k_chunk = 64 : i64} : tensor<64x1024xf16> -> tensor<64x1024xf16>
+    %tb = tb.input %a1 map <> {k_chunk = 64 : i64} : tensor<1024x64xf16> -> tensor<1024x64xf16>
+    %c = tb.matmul %ta, %tb : (tensor<64x1024xf16>, tensor<1024x64xf16>) -> tensor<64x64xf16>
+    tb.output %c map <> : tensor<64x64xf16>
+  }
+  return %o : tensor<64x64xf16>
+}

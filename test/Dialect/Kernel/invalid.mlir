@@ -138,6 +138,38 @@ func.func @smem(%a: tensor<128x1024xf16>) -> tensor<128x1024xf16> {
 
 // -----
 
+// A staged tb.input's matmul reads its other operand whole.
+func.func @stage(%a: tensor<64x1024xf16>, %b: tensor<1024x64xf16>) -> tensor<64x64xf16> {
+  %o = kn.graph_def (%a, %b) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<64x1024xf16>, tensor<1024x64xf16>) -> tensor<64x64xf16> {
+  ^bb0(%a0: tensor<64x1024xf16>, %a1: tensor<1024x64xf16>):
+    // expected-error @+1 {{[stage] the other operand of the tb.matmul reading a staged tb.input must be a tb.input staged alike (k_chunk = 64)}}
+    %ta = tb.input %a0 map <> {k_chunk = 64 : i64} : tensor<64x1024xf16> -> tensor<64x1024xf16>
+    %tb = tb.input %a1 map <> : tensor<1024x64xf16> -> tensor<1024x64xf16>
+    %c = tb.matmul %ta, %tb : (tensor<64x1024xf16>, tensor<1024x64xf16>) -> tensor<64x64xf16>
+    tb.output %c map <> : tensor<64x64xf16>
+  }
+  return %o : tensor<64x64xf16>
+}
+
+// -----
+
+// A staged tile read by a second op (and twice by the matmul).
+func.func @stage_read_twice(%a: tensor<64x64xf16>) -> tensor<64x64xf16> {
+  %o = kn.graph_def (%a) grid [1, 1, 1] block [128, 1, 1] forloop 1 dimx 1
+      : (tensor<64x64xf16>) -> tensor<64x64xf16> {
+  ^bb0(%a0: tensor<64x64xf16>):
+    // expected-error @+1 {{[stage] a staged tb.input (k_chunk = 32) must be read by one tb.matmul alone}}
+    %ta = tb.input %a0 map <> {k_chunk = 32 : i64} : tensor<64x64xf16> -> tensor<64x64xf16>
+    %e = tb.exp %ta : tensor<64x64xf16> -> tensor<64x64xf16>
+    %c = tb.matmul %ta, %ta : (tensor<64x64xf16>, tensor<64x64xf16>) -> tensor<64x64xf16>
+    tb.output %c map <> : tensor<64x64xf16>
+  }
+  return %o : tensor<64x64xf16>
+}
+
+// -----
+
 func.func @clamp_shape(%a: tensor<16x64xf16>) {
   // expected-error @+1 {{[shape] result shape [16, 1] must equal the operand shape [16, 64]}}
   %0 = kn.clamp %a min 0.0 max 1.0 : tensor<16x64xf16> -> tensor<16x1xf16>

@@ -129,13 +129,41 @@ LogicalResult GraphDefOp::verifyRegions() {
                               << "' does not exist at the block level: a kn.graph_def "
                                  "body holds tb operations only";
 
+  // [stage]: a tb.input staged in chunks (k_chunk) is read by one tb.matmul alone,
+  // whose other operand is a tb.input staged alike; the chunk, a multiple of 16,
+  // cuts the contracted dim into two or more. [smem] counts two chunks of it.
+  llvm::DenseMap<Value, int64_t> staged;
+  for (Operation &op : body) {
+    auto in = dyn_cast<tb::InputOp>(op);
+    if (!in || !in.getKChunk())
+      continue;
+    int64_t kc = static_cast<int64_t>(*in.getKChunk());
+    Value v = in.getResult();
+    auto mm = v.hasOneUse() ? dyn_cast<tb::MatmulOp>(*v.getUsers().begin()) : tb::MatmulOp();
+    if (!mm)
+      return in.emitError() << "[stage] a staged tb.input (k_chunk = " << kc
+                            << ") must be read by one tb.matmul alone";
+    Value other = mm.getLhs() == v ? mm.getRhs() : mm.getLhs();
+    auto oin = other.getDefiningOp<tb::InputOp>();
+    if (!oin || !oin.getKChunk() || static_cast<int64_t>(*oin.getKChunk()) != kc)
+      return in.emitError() << "[stage] the other operand of the tb.matmul reading a "
+                               "staged tb.input must be a tb.input staged alike (k_chunk = "
+                            << kc << ")";
+    int64_t K = shapeOf(mm.getLhs()).back();
+    if (kc <= 0 || kc % 16 || K % kc || K / kc < 2)
+      return in.emitError() << "[stage] k_chunk = " << kc
+                            << " must be a multiple of 16 that cuts the contracted dim " << K
+                            << " into two or more chunks";
+    staged[v] = tensorByteSize(cast<RankedTensorType>(v.getType())) / K * kc * 2;
+  }
+
   // [smem]: all tb results (the tiles) fit in shared memory.
   int64_t bytes = 0;
   for (Operation &op : body)
     for (Value r : op.getResults())
       if (auto t = dyn_cast<RankedTensorType>(r.getType()))
         if (t.hasStaticShape())
-          bytes += tensorByteSize(t);
+          bytes += staged.count(r) ? staged.lookup(r) : tensorByteSize(t);
   int64_t capacity = getSmemCapacity();
   if (bytes > capacity)
     return emitError() << "[smem] the block graph's tiles need " << bytes

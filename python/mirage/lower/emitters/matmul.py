@@ -60,12 +60,14 @@ class MatmulEmitter:
         kept for the next issue (the rotated loop's first matmul, `BlockLowering._rotated_loop`)."""
         if id(op) in self.p.wgmma:
             return self.wgmma(op, acc, issue_only)
+        if id(op) in self.p.kstage:
+            return self.mma_staged(op, acc)
         e = self.e
         self.notes["mma"] += 1
         a, b = op.inputs
         M, K, N, MT, NT, T, tpw = self.p.mma_geometry(op)
         areg = self.reg_vals.get(self.p.a_from_regs[id(op)]) if id(op) in self.p.a_from_regs else None
-        ta, tb_ = (None if areg else self.p.tiles[id(a)]), self.p.tiles[id(b)]
+        ta, tb_ = (None if areg else self.p.tile_of(a)), self.p.tile_of(b)
         va, vb = (None if areg else self.views2d[id(a)]), self.views2d[id(b)]
         elt = tb_.elt
         tiles = self._frag_tiles(op)
@@ -125,6 +127,42 @@ class MatmulEmitter:
             return [e.op(f"arith.addf {x}, {y} : vector<2x2xf32>", "acc") for x, y in zip(*chains)]
         ks, args, res, close = e.for_iter(0, nk, 1, [(f, "vector<2x2xf32>") for f in init])
         close(step(e.mul(ks, 16), args))
+        return res
+
+    def mma_staged(self, op: Op, acc: list[str] | None) -> list[str]:
+        """C (+)= A @ B with A and B staged in chunks of K (`KStage`): a ring of S slots,
+        chunks 0 .. S-2 issued first; step c waits for chunk c, barrier (every warp is done
+        with chunk c - 1), issues chunk c + S - 1 into c - 1's slot and runs the chunk's
+        mma.sync steps, the fragments carried across the steps."""
+        e = self.e
+        ks = self.p.kstage[id(op)]
+        S, nc = ks.stages, op.inputs[0].shape[-1] // ks.kc
+        (ka, kb), (sa, sb) = ks.inputs, ks.sub.inputs
+        ta, tb_ = self.p.tile_of(sa), self.p.tile_of(sb)
+        r = len(op.inputs[1].shape)
+
+        def issue(c: Idx, slot: Idx) -> None:
+            start = e.mul(c, ks.kc)
+            self.load_input(ka, self.itg, slot, (len(op.inputs[0].shape) - 1, start))
+            self.load_input(kb, self.itg, slot, (r - 2, start))
+
+        e.barrier()  # the ring's slots are free: every warp is done with this matmul's last chunks
+        for c in range(S - 1):
+            issue(c, c)
+            e.line("nvvm.cp.async.commit.group")
+        zero = e.const("0.000000e+00", "vector<2x2xf32>")
+        init = acc or [zero] * self.p.mma_geometry(op)[-1]
+        c, args, res, close = e.for_iter(0, nc, 1, [(f, "vector<2x2xf32>") for f in init])
+        self.cp_wait(S - 2)
+        e.barrier()
+        nxt = e.add(c, S - 1)
+        with e.if_(e.cmp("ult", nxt, nc)):
+            issue(nxt, e.rem(nxt, S))
+        e.line("nvvm.cp.async.commit.group")
+        slot = e.rem(c, S)
+        self.views2d[id(sa)] = self._make_view(ta, e.add(ta.offset, e.mul(slot, ta.stage_bytes)), True)
+        self.views2d[id(sb)] = self._make_view(tb_, e.add(tb_.offset, e.mul(slot, tb_.stage_bytes)), True)
+        close(self.mma(ks.sub, args))
         return res
 
     def wgmma(self, op: Op, acc: list[str] | None, issue_only: bool = False) -> list[str]:

@@ -95,8 +95,10 @@ class TileIO:
         it = sum(c * s for (_, c), s in zip(bases, g.strides))
         return blk, it
 
-    def load_input(self, k: int, it: Idx, stage: Idx | None):
-        """Issue the copies of input k for iteration `it` into ring slot `stage`."""
+    def load_input(self, k: int, it: Idx, stage: Idx | None, chunk: tuple[int, Idx] | None = None):
+        """Issue the copies of input k for iteration `it` into ring slot `stage`; with
+        `chunk` = (dim, start), only the part of its tile from `start` along `dim` that
+        its (staged, `KStage`) tile holds."""
         e = self.e
         rec = self.tb.inputs[k]
         g = self.ins[k]
@@ -104,6 +106,9 @@ class TileIO:
         shape = rec.stensor.shape
         blk, itc = self.in_base[k]
         base = e.add(blk, e.mul(it, itc)) if itc else blk
+        if chunk is not None:
+            shape = tile.shape
+            base = e.add(base, e.mul(chunk[1], g.strides[chunk[0]]))
         view = self.views[id(rec.stensor)] if stage is None else self._make_view(
             tile, e.add(tile.offset, e.mul(stage, tile.stage_bytes)))
         vec = self.p.async_in[k]

@@ -33,8 +33,18 @@ def Block_InputOp : Block_Op<"input", [InGraphDef, Pure]> {
     Verified rules: `[map]` (mapped dims exist; the operand is a region argument),
     `[divisibility]` (partitioned dims divide evenly; the tile type is the slice),
     `[dtype]`.
+
+    `k_chunk` (optional) stages the tile: the one `tb.matmul` that reads it, whose
+    other operand is a `tb.input` staged alike, reads both k_chunk at a time along
+    the dim it contracts, through a ring of chunks, so that the whole tile never
+    sits in shared memory (`[stage]`, checked by the enclosing `kn.graph_def`; its
+    `[smem]` counts two chunks). The values are those of the tile without it.
+
+    ```mlir
+    %ta = tb.input %a0 map <y -> 0> {k_chunk = 64 : i64} : tensor<512x1024xf16> -> tensor<64x1024xf16>
+    ```
   }];
-  let arguments = (ins Mirage_Tensor:$source, Block_MapAttr:$map);
+  let arguments = (ins Mirage_Tensor:$source, Block_MapAttr:$map, OptionalAttr<I64Attr>:$k_chunk);
   let results = (outs Mirage_Tensor:$result);
   let assemblyFormat =
       "$source `map` $map attr-dict `:` type($source) `->` type($result)";
