@@ -87,6 +87,37 @@ def test_space_prunes_and_counts():
     assert tile_options(80) == [16, 80]  # ViT-Huge's head dim: no padding
 
 
+def test_deep_tilings_stage_a_and_b_and_compute_the_chain():
+    """K = 1024 (MCFuser's G6): a loop-over-n tiling whose whole A [64, 1024] and B [1024, tl]
+    do not fit stages both in chunks of 64 ([stage]); the space keeps it with eq. (1) of
+    two chunks, the model reads A once an iteration, and the built μGraph says so (the
+    tb.inputs' k_chunk), counts what [smem] counts, computes the chain (float64, fresh
+    inputs), is proved equal to the program and lowers with the chunks' ring."""
+    from mirage.lower import to_ptx
+    from mirage.verify import check_equivalence
+
+    g = chain(0, 128, 256, 1024, 128)
+    c = find_chain(g)
+    cands = space(c, SearchConfig(), {})
+    staged = [t for t in cands if t.kc]
+    assert staged and all(t.form == "n" and t.kc == 64 for t in staged)
+    t = Tiling("n", 64, 64, 128, 64)
+    assert smem_estimate(c, t) < SearchConfig().smem_capacity < smem_estimate(c, Tiling("n", 64, 64, 128))
+    whole = Tiling("n", 64, 64, 128)
+    assert model_time(c, t) > model_time(c, whole)  # A read 256 / 64 = 4 times, not once
+    f = build(g, plan_of(c, t, SearchConfig()))
+    tb = f.ops[0].body
+    assert [r.k_chunk for r in tb.inputs] == [64, 64, 0]
+    assert tb.smem_bytes() == 2 * (2 * 64 * 64 + 2 * 64 * 64 + 64 * 128 + 64 * 64 + 64 * 128 + 64 * 128)
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal(x.shape) * 0.1 for x in g.inputs]
+    want = numpy_chain(*xs)
+    assert np.abs(f.evaluate(xs)[0] - want).max() <= RTOL * np.abs(want).max()
+    assert check_equivalence(g, f).equivalent
+    low, ptx = to_ptx(f)
+    assert low.kernels[0]["notes"]["k_staged"].startswith("64x") and ".entry" in ptx
+
+
 def test_explore_is_deterministic_and_returns_measured_best_first():
     c = find_chain(chain(8, 1024, 1024, 128, 128))
     cands = space(c, SearchConfig(), {})
