@@ -581,3 +581,28 @@ def test_sdpa_with_a_mask_imports_whole(dtype):
     want = MaskedSDPA()(*(t.double() for t in (q, k, v, mask))).numpy()
     assert np.all(got[0, :, 3] == 0) and np.all(want[0, :, 3] == 0)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+
+
+def test_deployed_program_moves_captured_tensor_constants_with_the_inputs():
+    """A tensor that FX tracing captured (a buffer of the graph module, which the program
+    passes no state for) follows the inputs' device on the first call. Built on the CPU, GPT-2's, Phi-3's and Mistral's blocks kept one on the host
+    and failed on CUDA inputs (benchmarks/results/models_import.md, 2026-12-07); the
+    "meta" device stands in for CUDA here."""
+    import torch.fx
+    import torch.utils._pytree as pytree
+    from mirage.frontend.deploy import DeployedProgram
+
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.tensor([2.0, 3.0])  # traced into a buffer, as `_tensor_constant0`
+
+        def forward(self, x):
+            return (x * self.c,)
+
+    gm = torch.fx.symbolic_trace(Scale())
+    prog = DeployedProgram(gm, [], {}, pytree.treespec_dumps(pytree.tree_flatten(torch.zeros(1))[1]))
+    x = torch.randn(4, 2)
+    assert torch.equal(prog(x), x * torch.tensor([2.0, 3.0]))
+    y = prog(torch.ones(4, 2, device="meta"))
+    assert y.device.type == "meta" and gm.c.device.type == "meta" and y.shape == (4, 2)

@@ -182,6 +182,18 @@ class DeployedSegment(torch.nn.Module):
         return res[0] if self.single else tuple(res)
 
 
+def attr_tensors_to(gm: torch.nn.Module, device) -> None:
+    """Move the tensors `gm` and its submodules hold to `device`: the `_tensor_constant`s that
+    FX tracing captures (e.g. a decomposition's scalar tensors; buffers of the graph module)
+    and any plain tensor attribute (which `Module.to` leaves). Built on the CPU, GPT-2's,
+    Phi-3's and Mistral's blocks kept one on the host and failed on CUDA inputs."""
+    gm.to(device)
+    for m in gm.modules():
+        for name, v in list(vars(m).items()):
+            if isinstance(v, torch.Tensor) and v.device != device:
+                setattr(m, name, v.to(device))
+
+
 class DeployedProgram(torch.nn.Module):
     """The partitioned program without its exporter: the fused ATen graph module, the
     names of the state it reads (parameters, buffers, lifted constants, in the export's
@@ -201,6 +213,7 @@ class DeployedProgram(torch.nn.Module):
         d["weights"], d["source"] = {}, []
         d.pop("_spec", None)
         d.pop("_segs", None)
+        d.pop("_attrs_on", None)
         return d
 
     def bind(self, module=None, weights: dict | None = None) -> "DeployedProgram":
@@ -259,6 +272,9 @@ class DeployedProgram(torch.nn.Module):
         else:
             flat, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))
         dev = next((t.device for t in flat if isinstance(t, torch.Tensor)), None)
+        if dev is not None and self.__dict__.get("_attrs_on") != dev:
+            attr_tensors_to(self.gm, dev)
+            self.__dict__["_attrs_on"] = dev
         state = []
         for kind, name in self.state_keys:
             v = self._value(kind, name)
