@@ -212,7 +212,22 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
     varying = sum(_bytes(r.stensor) for r in tb.inputs if r.forloop_dim != -1)
     serial = iters > 1 and smem_bytes(tb) + varying > dev.smem_per_block
     t = dev.launch + max(mem + work if serial else max(mem, work), chain_time(tb, dev, regs))
+    t += iters * staged_steps(tb) * STAGED_STEP
     return KernelCost("graph_def", blocks, dram, smem, tc + simt, a, t)
+
+
+# seconds a block waits per chunk of a staged matmul (`tb.input` k_chunk: each chunk's copies
+# land before its mma steps run, STAGES - 1 ahead), beside the throughput terms. H100,
+# MCFuser's G5 and G6 in 64-row tilings staged in chunks of 64 (benchmarks/results/mbci.md,
+# 2026-12-07 15:43): 4-10 us above the throughput model with 8 to 32 chunks a block
+# (G6 64 x 64 x 256: 16 chunks, 16.2 us against 11.1 modelled; 64 x 32 x 256: 32, 19.9 / 11.1)
+STAGED_STEP = 0.3e-6
+
+
+def staged_steps(tb: TBGraph) -> int:
+    """Chunks an iteration of `tb`'s loop runs through its staged matmuls (`[stage]`)."""
+    return sum(op.inputs[0].shape[-1] // op.inputs[0].producer.k_chunk for op in tb.ops
+               if op.kind == "matmul" and getattr(op.inputs[0].producer, "k_chunk", 0))
 
 
 # cycles of one step of a thread's dependent chain (two shared-memory loads and an FMA, or a
