@@ -30,6 +30,7 @@ def main() -> int:
     ap.add_argument("--tl", default="64,128", help="loop tiles (comma-separated)")
     ap.add_argument("--tm", default="64", help="row tiles (comma-separated; 16 rows a warp)")
     ap.add_argument("--splits", default="0,1,2,4,8", help="split factors (0: the lowering's choice)")
+    ap.add_argument("--kc", type=int, default=0, help="form n: A and B staged in chunks of this many K ([stage]; 0: whole)")
     ap.add_argument("--form", default="n", choices=("n", "k"),
                     help="n: loop over N, warp-resident (16 rows a warp); k: loop over K, n whole (default threads)")
     a = ap.parse_args()
@@ -50,7 +51,7 @@ def main() -> int:
                            for tl in (int(x) for x in a.tl.split(",")) for th in sorted({64, 128, 256, H})):
             if th > H or H % th or M % tm:
                 continue
-            t = Tiling(a.form, tm, tl, th)
+            t = Tiling(a.form, tm, tl, th, a.kc if a.form == "n" else 0)
             threads = 2 * tm if a.form == "n" else 0  # n: 16 rows a warp; 0: the μGraph's block
             try:
                 g = build_plan(ref, plan_of(c, t, SearchConfig()))
@@ -59,8 +60,8 @@ def main() -> int:
                 continue
             for s in (int(x) for x in a.splits.split(",")):
                 if not s or ((N if a.form == "n" else K) // tl) % s == 0:
-                    put(f"{row}__{a.form}{tm}x{tl}x{th}-s{s}", row, "chain", g, Options(split=s, threads=threads),
-                        [a.form, tm, tl, th])
+                    put(f"{row}__{a.form}{tm}x{tl}x{th}-s{s}" + (f"-kc{t.kc}" if t.kc else ""), row, "chain", g,
+                        Options(split=s, threads=threads), [a.form, tm, tl, th])
             if a.form == "n" and row in ("G4", "G10") and (N // tl) % 8 == 0 and tm == 64:
                 put(f"{row}__n64x{tl}x{th}-s8fold", row, "chain", g, Options(split=8, clusters=False),
                     ["n", 64, tl, th])
