@@ -3,8 +3,10 @@
 reference and the warp-resident tilings tm x tl x th (tm in --tm, tl in --tl, th 64 / 128 /
 256; 16 rows a warp: a 128-row tiling runs 8 warps, two warpgroups), each
 lowered with the default split (`-s0`) and forced to 1, 2, 4, 8 (`Options(split=s)`), and
-for G4 and G10 also split 8 with the last-block combine (`-s8fold`). Writes the bundles and
-meta.json in `mbci.py --sweep`'s format, so `mbci.py --run-sweep DIR` checks and times them.
+for G4 and G10 also split 8 with the last-block combine (`-s8fold`). `--form k`: the loop over
+K instead (the μGraph's threads); `--kc 64`: A and B staged in chunks of 64 of K (`-kc64`).
+Writes the bundles and meta.json in `mbci.py --sweep`'s format, so `mbci.py --run-sweep DIR`
+checks and times them.
 
     PYTHONPATH=python:examples python benchmarks/mbci_splits.py exp_rt/cl1 G4,G7,G10
     PYTHONPATH=python:examples:benchmarks python3 benchmarks/mbci.py --run-sweep exp_rt/cl1   # GPU
@@ -30,7 +32,8 @@ def main() -> int:
     ap.add_argument("--tl", default="64,128", help="loop tiles (comma-separated)")
     ap.add_argument("--tm", default="64", help="row tiles (comma-separated; 16 rows a warp)")
     ap.add_argument("--splits", default="0,1,2,4,8", help="split factors (0: the lowering's choice)")
-    ap.add_argument("--kc", type=int, default=0, help="form n: A and B staged in chunks of this many K ([stage]; 0: whole)")
+    ap.add_argument("--kc", type=int, default=0,
+                    help="form n: A and B staged in chunks of this many K ([stage]; 0: whole)")
     ap.add_argument("--form", default="n", choices=("n", "k"),
                     help="n: loop over N, warp-resident (16 rows a warp); k: loop over K, n whole (default threads)")
     a = ap.parse_args()

@@ -96,8 +96,8 @@ def _block_graph(tb: TBGraph) -> dict:
             ops.append(_table_op(op, nm))
     return {"grid_dim": list(tb.grid_dim), "block_dim": list(tb.block_dim), "forloop_range": tb.forloop_range,
             "reduction_dimx": tb.reduction_dimx,
-            "inputs": [{"imap": list(r.imap), "forloop_dim": r.forloop_dim, **({"k_chunk": r.k_chunk} if r.k_chunk else {})}
-                       for r in tb.inputs],
+            "inputs": [{"imap": list(r.imap), "forloop_dim": r.forloop_dim,
+                        **({"k_chunk": r.k_chunk} if r.k_chunk else {})} for r in tb.inputs],
             "ops": ops,
             "outputs": [{"tensor": nm[o.stensor], "omap": list(o.omap), "forloop_dim": o.forloop_dim}
                         for o in tb.outputs]}
