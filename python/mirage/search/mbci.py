@@ -12,8 +12,10 @@ The paper's search, mapped onto μGraphs:
   `n` (k whole: the A tile is loaded once per block, MCFuser's hoisting of L_A out of
   loop n, §III-B; B and D stream over n; E accumulates) and `k` (n whole: A and B stream
   over k, C accumulates, f and the second GEMM run after the loop on a D tile loaded
-  once). The nested forms (nk, kn) need two loop levels and are counted as not
-  expressible.
+  once). The nested form nk (loop n, and k inside it) is the form `n` with A and B
+  staged in chunks of K (`tb.input` k_chunk, [stage]: the first GEMM reads them a chunk
+  at a time, L_A inside loop n), taken where the whole tiles do not fit (G6: A 64 x 1024);
+  kn needs two loop levels and is counted as not expressible.
 - **Pruning** (§III-C): rule 1 above; rule 3, tile sizes that are multiples of 16 (or
   the whole dim) and divide it (every dim of the tables is a power of two or 80, so no
   padding is ever needed); rule 4, shared memory by eq. (1) above 1.2x the capacity;
@@ -202,7 +204,7 @@ def space(c: Chain, cfg: SearchConfig, pruned: dict, split_aware: bool = False) 
     nblocks = (lambda t: launched_blocks(c, t, cfg.sms)) if split_aware else (lambda t: blocks(c, t))
     least = cfg.sms // 4 if split_aware else cfg.sms // 2
     out = []
-    pruned["mbci nested tilings (one loop level)"] = pruned.get("mbci nested tilings (one loop level)", 0) + 2
+    pruned["mbci nested tiling kn (one loop level)"] = pruned.get("mbci nested tiling kn (one loop level)", 0) + 1
     for form, L in (("n", c.N), ("k", c.K)):
         for tm in tile_options(c.M):
             for tl in tile_options(L):
