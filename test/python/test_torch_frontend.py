@@ -606,3 +606,36 @@ def test_deployed_program_moves_captured_tensor_constants_with_the_inputs():
     assert torch.equal(prog(x), x * torch.tensor([2.0, 3.0]))
     y = prog(torch.ones(4, 2, device="meta"))
     assert y.device.type == "meta" and gm.c.device.type == "meta" and y.shape == (4, 2)
+
+
+class PositionMaskedScores(nn.Module):
+    """Scores with an additive causal mask built from positions, as GPT-2 builds its own
+    (arange, le, where): integer and boolean ops kn does not have, but constants of the
+    exported shapes."""
+
+    def forward(self, x):
+        t = x.shape[1]
+        i = torch.arange(t)
+        bias = torch.where(i[None, :] <= i[:, None], torch.zeros(()), torch.full((), -1e4))
+        return torch.softmax(x @ x.transpose(-1, -2) * 0.25 + bias, dim=-1)
+
+
+def test_constant_mask_is_computed_at_import(tmp_path):
+    """The mask's ops read no input: computed once at import (`fold_constants`), the program
+    is one kn graph with nothing left to PyTorch, equal to the module (float64 interpreter
+    and the exported graph, fresh inputs), also saved and loaded."""
+    m = PositionMaskedScores()
+    res = mt.import_module(m, [torch.randn(2, 8, 16)])
+    assert res.fully_converted and not res.offloaded, res.report()
+    assert "computed at import" in res.report()
+    x = torch.randn(2, 8, 16)
+    want = m(x)
+    assert [str(b) for b in res.bindings][0] == "input:x"
+    for mode in ("interpreter", "torch"):
+        res.program.set_mode(mode)
+        _close(res.program(x).detach().numpy(), want)
+    opt = mt.superoptimize(m, [x], search=False)
+    ld = mt.load(opt.save(str(tmp_path / "masked")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # CPU inputs: the exported graph
+        _close(ld(x).detach().numpy(), want)

@@ -11,10 +11,14 @@ the kn program around it (a decoder layer became two segments around its
 - operands of `aten.cat` with size 0 along the concatenated dim (an empty KV cache's
   first update), and a `cat` of one remaining operand;
 - `aten.slice.Tensor` that keeps the whole dim (`x[:, :, None]` indexing emits them).
+
+And `fold_constants` computes the values that depend on no input, parameter or buffer
+(position masks) once, at import.
 """
 from __future__ import annotations
 
 _ASSERTS = ("aten._assert_tensor_metadata.default",)
+FOLD_MAX_BYTES = 1 << 24  # the largest value `fold_constants` stores in the graph
 
 
 def _val(n):
@@ -71,3 +75,46 @@ def cleanup(gm) -> list[str]:
     if counts["cat"]:
         notes.append(f"{counts['cat']} empty operand(s) of cat removed")
     return notes
+
+
+def fold_constants(gm, constants: dict) -> list[str]:
+    """Compute once, at import, the ops of `gm` that read no user input, parameter or buffer
+    (only lifted constants, `constants`: placeholder name -> tensor, and values they
+    create: arange, full, ...) and store each value the rest of the graph reads as a
+    tensor of the graph module (in place). An attention mask built from positions (GPT-2:
+    arange, le, logical_and, where; 13 ops) is a constant of the exported shapes; kn has
+    no integer ops, so it stayed in PyTorch, one kernel an op on every call. Random ops
+    and values over FOLD_MAX_BYTES are left. Returns one line, or none."""
+    import torch
+    from torch.fx.node import map_arg
+
+    vals: dict = {}
+    for n in gm.graph.nodes:
+        if n.op == "placeholder" and n.name in constants:
+            vals[n] = constants[n.name]
+        elif n.op == "call_function" and all(a in vals for a in n.all_input_nodes):
+            if isinstance(n.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in n.target.tags:
+                continue
+            try:
+                vals[n] = n.target(*map_arg(n.args, vals.__getitem__), **map_arg(n.kwargs, vals.__getitem__))
+            except Exception:  # not computable here (a device the export assumed): left as it is
+                continue
+    folded = 0
+    for n, v in vals.items():
+        if n.op == "placeholder" or not isinstance(v, torch.Tensor) or v.numel() * v.element_size() > FOLD_MAX_BYTES:
+            continue
+        if all(u in vals for u in n.users):
+            continue  # only read by other folded ops
+        name = f"_folded_{n.name}"
+        gm.register_buffer(name, v.detach().clone())
+        with gm.graph.inserting_before(n):
+            attr = gm.graph.get_attr(name)
+        attr.meta = dict(n.meta)
+        n.replace_all_uses_with(attr)
+        folded += 1
+    if not folded:
+        return []
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
+    return [f"{folded} value(s) of ops on constants alone computed at import (an attention mask: no PyTorch ops per call)"]

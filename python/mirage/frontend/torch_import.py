@@ -31,7 +31,7 @@ import numpy as np
 from ..core.graph import KNGraph
 from ..core.mlir_text import print_module
 from ..mlir import tosa as T
-from .fx_cleanup import cleanup
+from .fx_cleanup import cleanup, fold_constants
 from .layers import split_by_layer
 from .deploy import apply_transforms_np, transformed_shape
 from .reshape_sink import sink_reshapes
@@ -718,7 +718,9 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
                      if isinstance(a, torch.nn.Parameter)}
     state = {spec.arg.name for spec in ep.graph_signature.input_specs
              if spec.kind.name in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") and hasattr(spec.arg, "name")}
-    rewritten = cleanup(gm) + push_slices(gm) + localize_state_views(gm, state)
+    lifted = {spec.arg.name: ep.constants[spec.target] for spec in ep.graph_signature.input_specs
+              if spec.kind.name == "CONSTANT_TENSOR" and spec.target in ep.constants}
+    rewritten = cleanup(gm) + fold_constants(gm, lifted) + push_slices(gm) + localize_state_views(gm, state)
     elided, sandwich = [], {}
     if allow_fp32_upcast_elision:
         elided = elide_fp32_upcasts(gm)
