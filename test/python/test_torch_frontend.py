@@ -639,3 +639,34 @@ def test_constant_mask_is_computed_at_import(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # CPU inputs: the exported graph
         _close(ld(x).detach().numpy(), want)
+
+
+class HalfMaskedAttention(nn.Module):
+    """Half attention computed at float32 between casts, with an additive causal mask of 0
+    and -inf built from positions (GPT-2's SDPA path in fp16)."""
+
+    def forward(self, q, k, v):
+        t = q.shape[1]
+        i = torch.arange(t)
+        bias = torch.where(i[None, :] <= i[:, None], torch.zeros(()), torch.full((), float("-inf")))
+        s = q.float() @ k.float().transpose(-1, -2) * 0.25 + bias
+        return (torch.softmax(s, dim=-1) @ v.float()).half()
+
+
+def test_half_attention_with_a_folded_mask_imports_whole():
+    """The mask, computed at import (float32: 0 and -inf), is an operand of the upcast
+    region; the half type holds its values exactly, so the region is elided with the mask
+    read at half: one kn graph, nothing left to PyTorch (GPT-2's attention stayed in three
+    segments around its casts); equal to the module in float64 (interpreter)."""
+    torch.manual_seed(16)
+    m = HalfMaskedAttention()
+    q, k, v = (torch.randn(2, 8, 16).half() for _ in range(3))
+    res = mt.import_module(m, [q, k, v], allow_fp32_upcast_elision=True)
+    assert res.fully_converted and not res.offloaded, res.report()
+    assert "elided" in res.report() and "computed at import" in res.report()
+    res.program.set_mode("interpreter")
+    got = res.program(q, k, v).detach().double().numpy()
+    s = q.double() @ k.double().transpose(-1, -2) * 0.25
+    s = s.masked_fill(torch.ones(8, 8, dtype=torch.bool).triu(1), float("-inf"))
+    want = (torch.softmax(s, dim=-1) @ v.double()).numpy()
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())

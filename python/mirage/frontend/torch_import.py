@@ -396,9 +396,11 @@ def find_upcast_sandwiches(gm) -> list:
     upcast nodes (`ups`), the float32 ops (`ops`), the downcasts (`downs`) and the half
     dtype. A region is the connected set of float32 ops reached from an upcast through
     uses and operands; it qualifies when every op in it is in `_ELIDABLE`, every tensor
-    operand of its ops is in the region, an upcast from the same half type or a tensor of
-    that type (PyTorch promotes it: `f32 * f16` is f32), and every
-    use of its values is in the region or a downcast back to that type."""
+    operand of its ops is in the region, an upcast from the same half type, a tensor of
+    that type (PyTorch promotes it: `f32 * f16` is f32) or a float32 tensor of the graph
+    module that the half type holds exactly (`consts`: GPT-2's folded mask of 0 and -inf,
+    read at the half type once elided), and every use of its values is in the region or a
+    downcast back to that type."""
     import torch
 
     half = (torch.float16, torch.bfloat16)
@@ -408,7 +410,7 @@ def find_upcast_sandwiches(gm) -> list:
         if cd is None or cd[0] not in half or cd[1] != torch.float32 or start in seen:
             continue
         low = cd[0]
-        ups, ops, downs, ok = {start}, set(), set(), True
+        ups, ops, downs, consts, ok = {start}, set(), set(), set(), True
         work = [start]
         while work and ok:
             n = work.pop()
@@ -428,6 +430,9 @@ def find_upcast_sandwiches(gm) -> list:
                 v = u.meta.get("val")
                 if u not in n.users and isinstance(v, torch.Tensor) and v.dtype == low:
                     continue  # an operand promoted implicitly (a half LayerNorm's weight times f32)
+                if u not in n.users and _exact_in(gm, u, low):
+                    consts.add(u)  # a float32 constant the half type holds exactly (a folded mask of 0 and -inf)
+                    continue
                 if u.op != "call_function" or str(u.target) not in _ELIDABLE or \
                         not isinstance(v, torch.Tensor) or v.dtype != torch.float32 or unsupported_reason(u):
                     ok = False
@@ -436,8 +441,19 @@ def find_upcast_sandwiches(gm) -> list:
                 work.append(u)
         seen |= ups
         if ok and ops and downs:
-            regions.append({"ups": ups, "ops": ops, "downs": downs, "dtype": low})
+            regions.append({"ups": ups, "ops": ops, "downs": downs, "consts": consts, "dtype": low})
     return regions
+
+
+def _exact_in(gm, node, low) -> bool:
+    """Whether `node` is a float32 tensor of the graph module (`get_attr`) whose every value
+    `low` holds exactly (infinities included)."""
+    import torch
+
+    if node.op != "get_attr":
+        return False
+    v = getattr(gm, node.target, None)
+    return isinstance(v, torch.Tensor) and v.dtype == torch.float32 and torch.equal(v.to(low).float(), v)
 
 
 def elide_fp32_upcasts(gm) -> list:
@@ -461,6 +477,19 @@ def elide_fp32_upcasts(gm) -> list:
         for u in r["ups"]:
             u.replace_all_uses_with(u.all_input_nodes[0])
             gm.graph.erase_node(u)
+        for c in r["consts"]:  # the region reads the constant's copy at the half type
+            name = f"{c.target}_{str(low).replace('torch.', '')}"
+            if not hasattr(gm, name):
+                gm.register_buffer(name, getattr(gm, c.target).to(low))
+            with gm.graph.inserting_before(c):
+                h = gm.graph.get_attr(name)
+            h.meta = {k: x for k, x in c.meta.items() if k != "tensor_meta"}  # (torch-mlir reads its dtype)
+            if "val" in c.meta:
+                h.meta["val"] = c.meta["val"].to(low)
+            for n in r["ops"]:
+                n.replace_input_with(c, h)
+            if not c.users:
+                gm.graph.erase_node(c)
         for n in [n for n in r["ops"] if str(n.target) == "aten._softmax.default"]:
             _expand_softmax(gm, n)
         f32, half = torch.finfo(torch.float32), torch.finfo(low)
