@@ -77,22 +77,21 @@ def cleanup(gm) -> list[str]:
     return notes
 
 
-def fold_constants(gm, constants: dict) -> list[str]:
-    """Compute once, at import, the ops of `gm` that read no user input, parameter or buffer
-    (only lifted constants, `constants`: placeholder name -> tensor, and values they
-    create: arange, full, ...) and store each value the rest of the graph reads as a
-    tensor of the graph module (in place). An attention mask built from positions (GPT-2:
-    arange, le, logical_and, where; 13 ops) is a constant of the exported shapes; kn has
-    no integer ops, so it stayed in PyTorch, one kernel an op on every call. Random ops
-    and values over FOLD_MAX_BYTES are left. Returns one line, or none."""
+def fold_constants(gm) -> list[str]:
+    """Compute once, at import, the ops of `gm` that read no placeholder (no user input,
+    parameter, buffer or lifted constant: values they create, arange, full, ...) and store
+    each value the rest of the graph reads as a tensor of the graph module (in place). An
+    attention mask built from positions (GPT-2: arange, le, logical_and, where; 13 ops) is
+    a constant of the exported shapes; kn has no integer ops, so it stayed in PyTorch, one
+    kernel an op on every call. (Lifted constants keep their own path: bindings whose
+    layout ops fold, `fold_state_layout`.) Random ops and values over FOLD_MAX_BYTES are
+    left. Returns one line, or none."""
     import torch
     from torch.fx.node import map_arg
 
     vals: dict = {}
     for n in gm.graph.nodes:
-        if n.op == "placeholder" and n.name in constants:
-            vals[n] = constants[n.name]
-        elif n.op == "call_function" and all(a in vals for a in n.all_input_nodes):
+        if n.op == "call_function" and all(a in vals for a in n.all_input_nodes):
             if isinstance(n.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in n.target.tags:
                 continue
             try:
@@ -101,7 +100,7 @@ def fold_constants(gm, constants: dict) -> list[str]:
                 continue
     folded = 0
     for n, v in vals.items():
-        if n.op == "placeholder" or not isinstance(v, torch.Tensor) or v.numel() * v.element_size() > FOLD_MAX_BYTES:
+        if not isinstance(v, torch.Tensor) or v.numel() * v.element_size() > FOLD_MAX_BYTES:
             continue
         if all(u in vals for u in n.users):
             continue  # only read by other folded ops

@@ -167,7 +167,9 @@ class ImportResult:
     def graph_inputs(self, *args, segment: int = 0) -> list[np.ndarray]:
         """The numpy inputs of kn graph `segment` for user inputs `args` (parameters and
         buffers read from the module now). Only for segments whose inputs are all module
-        state or user inputs."""
+        state, values computed at import (`fold_constants`) or user inputs."""
+        import torch
+
         seg = [s for s in self.segments if s.graph is not None][segment]
         user = {spec.arg.name: a for spec, a in zip(_user_specs(self.exported), _flat_args(self.exported, args))}
         out = []
@@ -177,6 +179,8 @@ class ImportResult:
             elif b.kind in ("parameter", "buffer", "constant"):
                 out.append(apply_transforms_np(_np(self.program.state_value(b)), b.transforms)
                            if b.value is None else b.value)
+            elif isinstance(getattr(self.program.gm, b.name, None), torch.Tensor):  # computed at import
+                out.append(_np(getattr(self.program.gm, b.name)))
             else:
                 raise ValueError(f"graph input {b.name} is an intermediate value computed in torch")
         return out
@@ -747,9 +751,7 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
                      if isinstance(a, torch.nn.Parameter)}
     state = {spec.arg.name for spec in ep.graph_signature.input_specs
              if spec.kind.name in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") and hasattr(spec.arg, "name")}
-    lifted = {spec.arg.name: ep.constants[spec.target] for spec in ep.graph_signature.input_specs
-              if spec.kind.name == "CONSTANT_TENSOR" and spec.target in ep.constants}
-    rewritten = cleanup(gm) + fold_constants(gm, lifted) + push_slices(gm) + localize_state_views(gm, state)
+    rewritten = cleanup(gm) + fold_constants(gm) + push_slices(gm) + localize_state_views(gm, state)
     elided, sandwich = [], {}
     if allow_fp32_upcast_elision:
         elided = elide_fp32_upcasts(gm)
