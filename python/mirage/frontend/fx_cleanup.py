@@ -116,4 +116,4 @@ def fold_constants(gm) -> list[str]:
     gm.graph.eliminate_dead_code()
     gm.graph.lint()
     gm.recompile()
-    return [f"{folded} value(s) of ops on constants alone computed at import (an attention mask: no PyTorch ops per call)"]
+    return [f"{folded} value(s) that read no input computed at import (no PyTorch ops for them per call)"]
