@@ -239,10 +239,13 @@ def run(src: str, md: str | None, families=None) -> int:
     for name, entry in index["cases"].items():
         if families and name not in families:
             continue
+        def failed(note: str) -> dict:
+            return dict(name=name, entry=entry, err=nan, err_graph=nan, err_eager=nan, ours=nan, graph=nan,
+                        eager=nan, compiled=nan, passed=False, note=note)
+
         if "error" in entry:
             print(f"{name}: not built ({entry['error']}); FAIL", flush=True)
-            rows.append(dict(name=name, entry=entry, err=nan, err_graph=nan, err_eager=nan, ours=nan, graph=nan,
-                             eager=nan, compiled=nan, passed=False, note="not built"))
+            rows.append(failed("not built"))
             ok = False
             continue
         try:
@@ -252,8 +255,7 @@ def run(src: str, md: str | None, families=None) -> int:
 
             traceback.print_exc()
             print(f"{name}: FAILED: {type(e).__name__}: {e}", flush=True)
-            row = dict(name=name, entry=entry, err=nan, err_graph=nan, err_eager=nan, ours=nan, graph=nan,
-                       eager=nan, compiled=nan, passed=False, note=f"{type(e).__name__}")
+            row = failed(type(e).__name__)
         ok &= row["passed"]
         rows.append(row)
     lines = [f"device: {torch.cuda.get_device_name()}, {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC; "

@@ -286,8 +286,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
                 boff = e.add(tile.offset, e.mul(slot, tile.stage_bytes))
                 self.views[id(t)] = self._make_view(tile, boff)
                 self.views2d[id(t)] = self._make_view(tile, boff, True)
-        sync_varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1
-                        and (S == 1 or k not in self.p.varying_async) and k not in self.p.kstaged_inputs()]
+        sync_varying = self._sync_varying()
         for k in sync_varying:
             self.load_input(k, itg, None)
         if S == 1 and any(self.p.async_in[k] for k in sync_varying):
@@ -441,6 +440,14 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         for k in outs:
             self.save_output(k, 0)
 
+    def _sync_varying(self) -> list[int]:
+        """The loop-varying inputs each iteration copies and waits for itself: those outside
+        the cp.async ring (no ring at all: every one), but for the staged ones (their
+        matmul copies them, `mma_staged`)."""
+        staged = self.p.kstaged_inputs()
+        return [k for k, rec in enumerate(self.tb.inputs) if rec.forloop_dim != -1 and k not in staged
+                and (self.p.S == 1 or k not in self.p.varying_async)]
+
     def loop_setup(self, accs, inv, split: int, wait_invariant: bool, ahead: int | None = None):
         """Before the for-loop: initialise the shared-memory accumulators, load the
         loop-invariant inputs (with `wait_invariant`, wait for them behind a barrier;
@@ -493,8 +500,7 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         post = [j for j in order if self.p.region[j] == "post"]
         self._reset()
         S = self.p.S
-        sync_varying = [k for k, rec in enumerate(tb.inputs) if rec.forloop_dim != -1
-                        and (S == 1 or k not in self.p.varying_async) and k not in self.p.kstaged_inputs()]
+        sync_varying = self._sync_varying()
         overlap = not sync_varying and self._overlap_ok(loop)
         rotate = overlap and self._rotate_ok(loop)
         overlap = overlap and not rotate  # (a rotated loop leaves nothing in flight across iterations)
