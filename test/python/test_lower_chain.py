@@ -328,8 +328,10 @@ def _staged_loop(module: str) -> str:
 def test_staged_first_gemm_streams_chunks_of_k():
     """A and B staged in chunks of 64 of K ([stage]): the chain's first GEMM reads A [64, 256]
     and B [256, 64] through a ring inside the loop over n (`KStage`, `mma_staged`): the
-    tiles are rings of chunks, the matmul an inner loop of cp.async copies and mma.sync steps
-    on the chunks, C still the second GEMM's fragments; the kernel assembles without spills."""
+    tiles are rings of swizzled chunks, the matmul an inner loop of cp.async copies and a
+    warpgroup matmul (wgmma, B through its descriptor) on each chunk (mma.sync steps on padded
+    chunks without wgmma), C still the second GEMM's fragments; the kernel assembles without
+    spills. With one iteration a block (split 2), E's copies land behind the chunks' first wait."""
     from mirage.lower import ptxas
 
     whole, g = tiled(chain(1, 64, 128, 256, 64), 64, 64, 64), tiled(chain(1, 64, 128, 256, 64), 64, 64, 64, kc=64)
@@ -339,16 +341,24 @@ def test_staged_first_gemm_streams_chunks_of_k():
     assert not whole.kstage and list(staged.kstage) == [id(mm0)]
     ks = staged.kstage[id(mm0)]
     assert ks.kc == 64 and ks.stages == 4 and id(mm0) not in staged.wgmma and staged.notes["k_staged"] == "64x4"
+    assert id(ks.sub) in staged.wgmma and "staged in chunks of 64 x 4, wgmma" in staged.describe()
     ta, tb_ = staged.tiles[id(mm0.inputs[0])], staged.tiles[id(mm0.inputs[1])]
-    assert ta.shape == (1, 64, 64) == tb_.shape and ta.stages == 4 == tb_.stages
+    assert ta.shape == (1, 64, 64) == tb_.shape and ta.stages == 4 == tb_.stages and ta.swizzle == 128 == tb_.swizzle
     assert staged.notes["frag_fused"] == 1 and staged.smem < whole.smem
-    low = convert_to_gpu(g, Options(split=1, threads=128))
-    loop = _staged_loop(low.module)
-    before, inner = loop.split("scf.for", 1)  # the chunks' loop: a wait, copies, 4 k-steps of 8 tiles
-    assert before.rsplit("gpu.barrier", 1)[1].count("cp.async.commit.group") == 3  # chunks 0-2 issued before it
-    assert "nvvm.cp.async.wait.group 2" in inner and inner.count("nvgpu.mma.sync") == 32
-    after = inner.split("scf.yield", 1)[1]  # then C's fragments are E's A operand: no ldmatrix of C
-    assert "wgmma.mma_async" in after and "nvgpu.ldmatrix" not in after.split("wgmma.mma_async", 1)[0]
+    for wg in (True, False):
+        low = convert_to_gpu(g, Options(split=1, threads=128, wgmma=wg))
+        loop = _staged_loop(low.module)
+        before, inner = loop.split("scf.for", 1)  # the chunks' loop: a wait, copies, 4 k-steps of 8 tiles
+        assert before.rsplit("gpu.barrier", 1)[1].count("cp.async.commit.group") == 3  # chunks 0-2 issued before it
+        chunk = inner.split("scf.yield", 1)[0]
+        assert "nvvm.cp.async.wait.group 2" in chunk
+        assert (chunk.count("wgmma.mma_async"), chunk.count("nvgpu.mma.sync")) == ((4, 0) if wg else (0, 32))
+        after = inner.split("scf.yield", 1)[1]  # then C's fragments are E's A operand: no ldmatrix of C
+        assert ("wgmma.mma_async" if wg else "nvgpu.mma.sync") in after
+        assert not wg or "nvgpu.ldmatrix" not in after.split("wgmma.mma_async", 1)[0]
+    assert kernel(g, threads=128, wgmma=False).tiles[id(mm0.inputs[0])].ld == 64 + 8  # padded rows for ldmatrix
+    before = _staged_loop(convert_to_gpu(g, Options(split=2, threads=128)).module).split("scf.for", 1)[0]
+    assert "cp.async.wait.group" not in before and before.count("cp.async.commit.group") == 4  # E's, chunks 0-2
     use = ptxas.usage(to_ptx(g, "sm_90", Options(split=1, threads=128))[1])
     if use is not None:
         assert all(u["spill_stores"] == 0 for u in use.values()), use

@@ -534,7 +534,10 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
             self.frag_args = args[:nreg]
             self.new_frags = list(args[:nreg]) if reg_inits else []
             itg = self.itg = e.add(it0, it)
-            self._ring_top(it, R, it0, ahead, sync_varying, inv, None)
+            # a loop that starts with a staged matmul: its first chunk's wait and barrier also
+            # cover the iteration's other copies, which then land beside its chunks
+            behind = S == 1 and bool(loop) and id(tb.ops[loop[0]]) in self.p.kstage
+            self._ring_top(it, R, it0, ahead, sync_varying, inv, None, behind)
             self.wgmma_pending = None  # defer: the loop's matmuls overlap each other
             for j in loop:
                 self.run_op(j)
@@ -586,12 +589,14 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         self.post_region(post)
         return self._finish()
 
-    def _ring_top(self, it: Idx, R: int, it0: Idx, ahead: int, sync_varying, inv, first: Op | None) -> None:
+    def _ring_top(self, it: Idx, R: int, it0: Idx, ahead: int, sync_varying, inv, first: Op | None,
+                  behind: bool = False) -> None:
         """The start of iteration `it`: with a ring, wait for its tiles (rotated: those of
         iteration it + 1, which the first matmul `first` reads), barrier, issue the
         copies of iteration it + ahead into the slot of iteration it - S + ahead (with
         `overlap` two back, whose matmuls the wait of the last iteration's first covered),
-        point the views at the slots; without one, load the loop-varying inputs."""
+        point the views at the slots; without one, load the loop-varying inputs and wait
+        for them (`behind`: the staged matmul that comes first waits)."""
         e, S = self.e, self.p.S
         if S > 1:
             self.cp_wait(ahead - 2 if first is not None else ahead - 1)
@@ -608,8 +613,9 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
             self.load_input(k, e.add(it0, it), None)
         if S == 1 and any(self.p.async_in[k] for k in sync_varying + inv):
             e.line("nvvm.cp.async.commit.group")
-            self.cp_wait(0)
-        if S == 1 or sync_varying:
+            if not behind:
+                self.cp_wait(0)
+        if (S == 1 or sync_varying) and not behind:
             e.barrier()
         self._reset()
 

@@ -837,10 +837,16 @@ class KernelPlan:
 
         for rec in tb.inputs:
             self.tiles[id(rec.stensor)] = mk(rec.stensor)
-        for ks in self.kstage.values():  # the operands of a staged matmul: rings of chunks, padded rows
+        for ks in self.kstage.values():  # the operands of a staged matmul: rings of chunks
             for k, t in zip(ks.inputs, ks.sub.inputs):
                 tl = Tile(tuple(t.shape), t.dtype.mlir, t.dtype.itemsize, stages=ks.stages)
-                tl.ld = tl.cols + 8
+                row = tl.cols * tl.itemsize
+                # swizzled rows where the chunk's matmul may run as wgmma (B through a
+                # descriptor: whole rows of 32-128 bytes or 128-byte column blocks), else padded
+                if self._wgmma_shape_ok(ks.sub) and (row in (32, 64, 128) or row % 128 == 0):
+                    tl.swizzle = min(row, 128)
+                else:
+                    tl.ld = tl.cols + 8
                 if k == ks.inputs[0]:
                     tl.rows_alloc = -(-tl.rows // 16) * 16
                 self.tiles[id(tb.inputs[k].stensor)] = tl
@@ -912,7 +918,7 @@ class KernelPlan:
         self.notes["cp_async_inputs"] = sum(1 for v in self.async_in.values() if v)
         self.smem = off
         self.wgmma = {id(op) for op in tb.ops if id(op) in self.mma_ops and id(op) not in self.kstage
-                      and self._wgmma_ok(op)}
+                      and self._wgmma_ok(op)} | {id(ks.sub) for ks in self.kstage.values() if self._wgmma_ok(ks.sub)}
         if self.kstage:
             self.notes["k_staged"] = ", ".join(f"{ks.kc}x{ks.stages}" for ks in self.kstage.values())
         if self.wgmma:
@@ -1143,14 +1149,12 @@ class KernelPlan:
         wide as its rows of 32, 64 or 128 bytes (the hardware's swizzle mode of that width
         for an MN-major operand) or stored as 128-byte swizzled column blocks
         (`Tile.atom`, N up to 256), every block aligned to the swizzle's 1024-byte period."""
-        if not self.opts.wgmma or self.nthreads % 128:
+        if not self._wgmma_shape_ok(op):
             return False
         a, b = op.inputs
-        M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
-        tile = self.tiles.get(id(b))
-        a_ok = id(a) in self.tiles or id(op) in self.a_from_regs
-        if M != 16 * (self.nthreads // 32) or K % 16 or N > 256 or a.dtype != b.dtype or tile is None \
-                or not a_ok or prod(b.shape[:-2]) != 1:
+        N = b.shape[-1]
+        tile = self._tile_or_none(b)
+        if tile is None or not (self._tile_or_none(a) or id(op) in self.a_from_regs):
             return False
         row = N * tile.itemsize
         if tile.elt not in ("f16", "bf16") or not tile.inner_last or tile.ld != N:
@@ -1158,6 +1162,19 @@ class KernelPlan:
         blocks_ok = tile.atom and (tile.rows_alloc * 128) % 1024 == 0
         return (tile.swizzle == row in (32, 64, 128) or bool(blocks_ok)) \
             and tile.offset % 1024 == 0 and tile.stage_bytes % 1024 == 0
+
+    def _wgmma_shape_ok(self, op: Op) -> bool:
+        """The shapes `_wgmma_ok` needs: whole warpgroups, 16 rows a warp, N up to 256."""
+        a, b = op.inputs
+        M, K, N, MT, NT, T, tpw = self.mma_geometry(op)
+        return (self.opts.wgmma and self.nthreads % 128 == 0 and M == 16 * (self.nthreads // 32) and K % 16 == 0
+                and N <= 256 and a.dtype == b.dtype and prod(b.shape[:-2]) == 1)
+
+    def _tile_or_none(self, t: STensor) -> Tile | None:
+        try:
+            return self.tile_of(t)
+        except KeyError:
+            return None
 
     def a_desc_ok(self, op: Op) -> bool:
         """Whether warpgroup matmul `op` reads A from shared memory through a descriptor
@@ -1203,6 +1220,9 @@ class KernelPlan:
             if id(op) in self.mma_ops:
                 how = ("tensor cores, registers across the loop" if any(m is op for m in self.reg_acc.values())
                        else "tensor cores, fragments fused" if id(op) in self.frag_fuse else "tensor cores")
+                ks = self.kstage.get(id(op))
+                if ks is not None:
+                    how += f", staged in chunks of {ks.kc} x {ks.stages}" + (", wgmma" if id(ks.sub) in self.wgmma else "")
                 out.append(f"  matmul -> {names[id(op.outputs[0])]}: {how}" + (", wgmma" if id(op) in self.wgmma else ""))
         for t, tile in self.tiles.items():
             lay = f"swizzle {tile.swizzle}" if tile.swizzle else (f"ld {tile.ld}" if tile.ld != tile.cols else "row-major")

@@ -160,8 +160,9 @@ class MatmulEmitter:
             issue(nxt, e.rem(nxt, S))
         e.line("nvvm.cp.async.commit.group")
         slot = e.rem(c, S)
-        self.views2d[id(sa)] = self._make_view(ta, e.add(ta.offset, e.mul(slot, ta.stage_bytes)), True)
-        self.views2d[id(sb)] = self._make_view(tb_, e.add(tb_.offset, e.mul(slot, tb_.stage_bytes)), True)
+        for t, tile in ((sa, ta), (sb, tb_)):
+            off = e.add(tile.offset, e.mul(slot, tile.stage_bytes))
+            self.views[id(t)], self.views2d[id(t)] = self._make_view(tile, off), self._make_view(tile, off, True)
         close(self.mma(ks.sub, args))
         return res
 
@@ -182,7 +183,7 @@ class MatmulEmitter:
         self.notes["mma"] += 1
         a, b = op.inputs
         M, K, N, MT, NT, T, tpw = self.p.mma_geometry(op)
-        tb_ = self.p.tiles[id(b)]
+        tb_ = self.p.tile_of(b)
         elt = tb_.elt
 
         # deferred only for accumulators carried across the loop (read after it)
@@ -196,7 +197,7 @@ class MatmulEmitter:
         elif self.p.a_desc_ok(op):
             adesc = self.a_descriptor(op)
         else:
-            ta, va = self.p.tiles[id(a)], self.views2d[id(a)]
+            ta, va = self.p.tile_of(a), self.views2d[id(a)]
             aregs = self.a_frags.get(va, []) if carried or issue_only else []
             ar = e.add(e.mul(self.warp, 16), e.rem(self.lane, 16))
             acol0 = e.mul(e.div(self.lane, 16), 8)
