@@ -356,6 +356,11 @@ def accum_shape(kind: str, shape, dimx: int) -> tuple[int, ...]:
 STAGED_CHUNKS = 2  # chunks of a staged input that [smem] counts: the lowering's shallowest ring
 
 
+def chunks_ok(K: int, kc: int) -> bool:
+    """[stage]'s chunk: a multiple of 16 that cuts the contracted dim K into two or more."""
+    return kc > 0 and kc % 16 == 0 and K % kc == 0 and K // kc >= 2
+
+
 def _staged_matmul(tb, rec):
     """The matmul that reads staged input `rec` if [stage] holds for it, else None."""
     users = [(op, k) for op in tb.ops for k, t in enumerate(op.inputs) if t is rec.stensor]
@@ -363,10 +368,7 @@ def _staged_matmul(tb, rec):
         return None
     mm, k = users[0]
     other = getattr(mm.inputs[1 - k].producer, "k_chunk", 0)
-    K = mm.inputs[0].shape[-1]
-    kc = rec.k_chunk
-    ok = other == kc and kc > 0 and kc % 16 == 0 and K % kc == 0 and K // kc >= 2
-    return mm if ok else None
+    return mm if other == rec.k_chunk and chunks_ok(mm.inputs[0].shape[-1], rec.k_chunk) else None
 
 
 def check_staging(tb) -> None:

@@ -23,6 +23,7 @@ from math import gcd, prod
 
 from ..core.graph import GraphError, Op, STensor, TBGraph
 from ..core.ops import is_accumulator
+from ..core.rules import chunks_ok
 from ..optimize.layout import inner_dim, lowering_layouts
 from ..optimize.plan import SmemPlan, tile_names
 from ..optimize.schedule import _Deps, schedule as schedule_ops
@@ -681,7 +682,7 @@ class KernelPlan:
             if not c or id(a) not in pos or id(b) not in pos:
                 continue
             if (not mma_ok(op, self.opts, self.nthreads) or a is b or len(cons[id(a)]) != 1 or len(cons[id(b)]) != 1
-                    or c % 16 or K % c or K // c < 2 or prod(b.shape[:-2]) != 1 or not self.opts.async_copy):
+                    or not chunks_ok(K, c) or prod(b.shape[:-2]) != 1 or not self.opts.async_copy):
                 if kc is None:  # the μGraph asks for what this lowering cannot do
                     raise LoweringError(f"[stage] kernel {self.name}: op {j}'s operands are staged (k_chunk = {c}) "
                                         f"but it does not run on the tensor cores with cp.async copies under these "

@@ -45,6 +45,7 @@ import random
 from dataclasses import dataclass
 
 from ..core import ops as O
+from ..core.rules import chunks_ok
 from ..lower.kernel_plan import K_CHUNK
 from ..target import DEFAULT, Target
 from .config import SearchConfig
@@ -148,7 +149,7 @@ def smem_estimate(c: Chain, t: Tiling) -> int:
 
 def staged_ok(c: Chain) -> bool:
     """Whether the loop-over-n form can stage A and B in chunks of K_CHUNK ([stage])."""
-    return c.K % K_CHUNK == 0 and c.K // K_CHUNK >= 2
+    return chunks_ok(c.K, K_CHUNK)
 
 
 def blocks(c: Chain, t: Tiling) -> int:
