@@ -211,6 +211,11 @@ class TBInput:
     stensor: STensor = None
     k_chunk: int = 0  # staged in chunks of its matmul's K ([stage]; 0: the whole tile)
 
+    @property
+    def per_iteration(self) -> bool:
+        """Read again each for-loop iteration: it varies with the loop, or it is staged."""
+        return self.forloop_dim != -1 or bool(self.k_chunk)
+
 
 @dataclass(eq=False)
 class TBOutput:

@@ -374,8 +374,7 @@ def loop_intensity(tb: TBGraph) -> float:
     streams, before an accumulator) per byte of the tiles it streams (the inputs that vary
     with the loop, and staged ones, read again each iteration); 0 where nothing streams."""
     varying = {id(r.stensor) for r in tb.inputs if r.forloop_dim != -1}
-    streamed = sum(prod(r.stensor.shape) * r.stensor.dtype.itemsize for r in tb.inputs
-                   if r.forloop_dim != -1 or r.k_chunk)
+    streamed = sum(prod(r.stensor.shape) * r.stensor.dtype.itemsize for r in tb.inputs if r.per_iteration)
     flops = 0
     for op in tb.ops:
         if op.kind.startswith("forloop_accum") or not any(id(t) in varying for t in op.inputs):

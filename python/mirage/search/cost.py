@@ -175,7 +175,7 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
     l2 = 0.0
     smem = 0.0
     for rec, t in zip(tb.inputs, op.inputs):
-        n = iters if rec.forloop_dim != -1 or rec.k_chunk else 1  # (a staged tile: read again each iteration)
+        n = iters if rec.per_iteration else 1
         reads = _bytes(rec.stensor) * n * blocks
         d, c = split_reads(reads, _bytes(t), dev)
         dram, l2, smem = dram + d, l2 + c, smem + reads
