@@ -642,6 +642,59 @@ def test_constant_mask_is_computed_at_import(tmp_path):
         _close(ld(x).detach().numpy(), want)
 
 
+class RotaryLinear(nn.Module):
+    """A linear layer rotated by cos and sin tables of an `inv_freq` buffer times the
+    positions (a rotary embedding's tables, as Phi-3's and Mistral's models build them):
+    cos and sin have no kn equivalent, and they read module state alone."""
+
+    def __init__(self, d: int = 16):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d), persistent=False)
+        self.w = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        f = torch.arange(x.shape[1]).float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat([f, f], dim=-1)
+        return self.w(x) * emb.cos() + x * emb.sin()
+
+
+def test_state_only_values_run_once_per_state_version(tmp_path):
+    """The rotary tables read a module buffer alone (`hoist_state_values`): computed on the
+    first call and again only when the buffer changes, outside the kn program, which is one
+    graph with nothing left to PyTorch per call; equal to the float64 module on fresh
+    inputs before and after the buffer changes in place, also saved and loaded."""
+    torch.manual_seed(16)
+    m = RotaryLinear()
+    res = mt.import_module(m, [torch.randn(2, 8, 16)])
+    assert res.fully_converted and not res.offloaded, res.report()
+    assert "read module buffers alone (cat, cos, mul, sin, unsqueeze)" in res.report()
+    sv = res.program.gm.get_submodule("_state_values")
+    runs = []
+    hook = sv.prelude.register_forward_pre_hook(lambda mod, args: runs.append(1))
+    x = torch.randn(2, 8, 16)
+    with torch.no_grad():
+        _close(res.evaluate(x)[0], copy.deepcopy(m).double()(x.double()))  # the kn graph alone
+    for mode in ("interpreter", "torch", "interpreter"):
+        res.program.set_mode(mode)
+        with torch.no_grad():
+            _close(res.program(x).numpy(), copy.deepcopy(m).double()(x.double()))
+    assert len(runs) == 1  # once for `evaluate` and the program's three calls
+    with torch.no_grad():
+        m.inv_freq.mul_(0.5)  # in place: the tables are computed again
+        _close(res.program(x).numpy(), copy.deepcopy(m).double()(x.double()))
+    assert len(runs) == 2
+    hook.remove()
+    torch.manual_seed(17)
+    m2 = RotaryLinear()  # other weights and tables, bound by name at load time
+    with torch.no_grad():
+        m2.inv_freq.mul_(2.0)
+    ld = mt.load(mt.superoptimize(m, [x], search=False).save(str(tmp_path / "rot"), weights=False), module=m2,
+                 weights=False)
+    ld.program.set_mode("interpreter")
+    with torch.no_grad():
+        _close(ld.program(x).numpy(), copy.deepcopy(m2).double()(x.double()))
+
+
 class HalfMaskedAttention(nn.Module):
     """Half attention computed at float32 between casts, with an additive causal mask of 0
     and -inf built from positions (GPT-2's SDPA path in fp16)."""

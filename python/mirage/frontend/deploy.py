@@ -126,7 +126,7 @@ class DeployedSegment(torch.nn.Module):
         """Argument `t` with the folded layout transforms applied, contiguous; computed
         once per (tensor, in-place version, device) and cached: a weight is transposed
         when first used (or after it changed), not on every call."""
-        key = (t.data_ptr(), t._version, t.device, tuple(t.shape), t.dtype)
+        key = _state_key(t)
         hit = self._folded.get(i)
         if hit is not None and hit[0] == key:
             return hit[1]
@@ -180,6 +180,43 @@ class DeployedSegment(torch.nn.Module):
                 v = np.full(m[2], m[1])
             res.append(torch.as_tensor(v).to(device=dev, dtype=dt))
         return res[0] if self.single else tuple(res)
+
+
+def _state_key(t) -> tuple:
+    """What identifies a state tensor's value between calls: its storage, in-place
+    version, device, shape and dtype."""
+    return (t.data_ptr(), t._version, t.device, tuple(t.shape), t.dtype)
+
+
+class StateValues(torch.nn.Module):
+    """Values the program computes from module buffers alone (`fx_cleanup.hoist_state_values`:
+    a rotary embedding's cos and sin tables, from its `inv_freq` buffer): `prelude`, an
+    ATen graph of the buffers it reads, runs on the first call and again only when one of
+    them changed (replaced, moved, or modified in place), not on every call.
+    `forward(k, *state)` is output k; the graph calls it once per output, all on one
+    computation. While autograd records (grad enabled, a state tensor requiring grad)
+    it runs on every call instead, so gradients flow as in the module."""
+
+    def __init__(self, prelude):
+        super().__init__()
+        self.prelude = prelude
+        self._key = None
+        self._values = None
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        d["_key"], d["_values"] = None, None
+        return d
+
+    def forward(self, k: int, *state):
+        if torch.is_grad_enabled() and any(t.requires_grad for t in state):
+            return self.prelude(*state)[k]
+        key = [_state_key(t) for t in state]
+        if key != self._key:
+            with torch.no_grad():
+                self._values = tuple(self.prelude(*state))
+            self._key = key
+        return self._values[k]
 
 
 def attr_tensors_to(gm: torch.nn.Module, device) -> None:

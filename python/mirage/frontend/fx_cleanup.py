@@ -13,12 +13,14 @@ the kn program around it (a decoder layer became two segments around its
 - `aten.slice.Tensor` that keeps the whole dim (`x[:, :, None]` indexing emits them).
 
 And `fold_constants` computes the values that depend on no input, parameter or buffer
-(position masks) once, at import.
+(position masks) once, at import; `hoist_state_values` those that depend on module buffers
+alone (rotary tables) once per version of those buffers, at run time.
 """
 from __future__ import annotations
 
 _ASSERTS = ("aten._assert_tensor_metadata.default",)
 FOLD_MAX_BYTES = 1 << 24  # the largest value `fold_constants` stores in the graph
+STATE_VALUES = "_state_values"  # the submodule of `hoist_state_values`
 
 
 def _val(n):
@@ -117,3 +119,73 @@ def fold_constants(gm) -> list[str]:
     gm.graph.lint()
     gm.recompile()
     return [f"{folded} value(s) that read no input computed at import (no PyTorch ops for them per call)"]
+
+
+def hoist_state_values(gm, buffers: set) -> list[str]:
+    """Move the ops of `gm` that read module buffers alone (placeholders named in
+    `buffers`, values `fold_constants` stored) into one `deploy.StateValues` submodule,
+    which runs them when those buffers change instead of on every call (in place).
+    Phi-3's and Mistral's rotary embedding (cos and sin of their `inv_freq` buffer times
+    the positions, 8 ATen ops) stayed in PyTorch, one kernel an op per call, and cut the
+    layer into two kn segments. Not parameters: their layout ops fold into the kernels'
+    bindings (`torch_import.fold_state_layout`) and their casts into the half-precision
+    regions (`elide_fp32_upcasts`); hoisted, GPT-2's sliced and cast weights became
+    activations and the block 9 segments. Views of a buffer itself are left for the same
+    reason; random ops are left. Returns one line, or none."""
+    import torch
+
+    from .deploy import StateValues
+    from .slice_push import _STATE_VIEWS
+
+    only: dict = {}  # node -> whether it reads buffers (and constants) alone
+    view = set()  # views of a buffer (through views)
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            only[n] = n.name in buffers
+        elif n.op == "get_attr":
+            only[n] = True
+        elif n.op == "call_function":
+            seeded = isinstance(n.target, torch._ops.OpOverload) and \
+                torch.Tag.nondeterministic_seeded in n.target.tags
+            only[n] = bool(n.all_input_nodes) and not seeded and all(only[a] for a in n.all_input_nodes)
+            if only[n] and str(n.target) in _STATE_VIEWS and (n.args[0].op in ("placeholder", "get_attr")
+                                                             or n.args[0] in view):
+                view.add(n)
+        else:
+            only[n] = False
+    hoist = [n for n in gm.graph.nodes if n.op == "call_function" and only[n] and n not in view]
+    hoisted = set(hoist)
+    outs = [n for n in hoist if any(u not in hoisted for u in n.users)]
+    if not outs:
+        return []
+    # the prelude: the hoisted ops and the buffer views they read, over the buffers they read
+    need, stack = set(), list(outs)
+    while stack:
+        n = stack.pop()
+        if n not in need:
+            need.add(n)
+            stack += n.all_input_nodes
+    g = torch.fx.Graph()
+    env: dict = {}
+    ins = [n for n in gm.graph.nodes if n in need and n.op == "placeholder"]
+    for n in ins:
+        env[n] = g.placeholder(n.name)
+        env[n].meta = dict(n.meta)
+    for n in gm.graph.nodes:
+        if n in need and n.op != "placeholder":
+            env[n] = g.node_copy(n, env.__getitem__)
+    g.output(tuple(env[o] for o in outs))
+    prelude = torch.fx.GraphModule(gm, g)
+    gm.add_submodule(STATE_VALUES, StateValues(prelude))
+    first = next(n for n in gm.graph.nodes if n.op != "placeholder")
+    for k, o in enumerate(outs):
+        with gm.graph.inserting_before(first):
+            new = gm.graph.create_node("call_module", STATE_VALUES, (k, *ins), name=f"state_{o.name}")
+        new.meta = dict(o.meta)
+        o.replace_all_uses_with(new, delete_user_cb=lambda u: u not in hoisted)
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
+    kinds = sorted({str(n.target).split(".")[1] for n in hoist if str(n.target).startswith("aten.")})
+    return [f"{len(hoist)} op(s) that read module buffers alone ({', '.join(kinds)}) run once, again when the "
+            f"buffers change (no PyTorch ops for them per call)"]

@@ -31,7 +31,7 @@ import numpy as np
 from ..core.graph import KNGraph
 from ..core.mlir_text import print_module
 from ..mlir import tosa as T
-from .fx_cleanup import cleanup, fold_constants
+from .fx_cleanup import STATE_VALUES, cleanup, fold_constants, hoist_state_values
 from .layers import split_by_layer
 from .deploy import apply_transforms_np, transformed_shape
 from .reshape_sink import sink_reshapes
@@ -167,10 +167,12 @@ class ImportResult:
     def graph_inputs(self, *args, segment: int = 0) -> list[np.ndarray]:
         """The numpy inputs of kn graph `segment` for user inputs `args` (parameters and
         buffers read from the module now). Only for segments whose inputs are all module
-        state, values computed at import (`fold_constants`) or user inputs."""
+        state, values computed at import (`fold_constants`) or from buffers (`hoist_state_values`) or
+        user inputs."""
         import torch
 
         seg = [s for s in self.segments if s.graph is not None][segment]
+        hoisted = {n.name: n for n in self.program.gm.graph.nodes if n.op == "call_module" and n.target == STATE_VALUES}
         user = {spec.arg.name: a for spec, a in zip(_user_specs(self.exported), _flat_args(self.exported, args))}
         out = []
         for b in seg.bindings:
@@ -181,6 +183,10 @@ class ImportResult:
                            if b.value is None else b.value)
             elif isinstance(getattr(self.program.gm, b.name, None), torch.Tensor):  # computed at import
                 out.append(_np(getattr(self.program.gm, b.name)))
+            elif b.name in hoisted:  # computed from buffers (`hoist_state_values`)
+                k, *ins = hoisted[b.name].args
+                vals = [self.program.state_value(_binding_of(self.exported, p)) for p in ins]
+                out.append(_np(self.program.gm.get_submodule(STATE_VALUES)(k, *vals)))
             else:
                 raise ValueError(f"graph input {b.name} is an intermediate value computed in torch")
         return out
@@ -191,7 +197,7 @@ class ImportResult:
         the import computes what the module computes."""
         g = self.graph
         (seg,) = self.program.segments.values()
-        (call,) = [n for n in self.program.gm.graph.nodes if n.op == "call_module"]
+        (call,) = _partition_calls(self.program.gm)
         outs = g.evaluate(self.graph_inputs(*args))
         got = []
         for a in next(n for n in self.program.gm.graph.nodes if n.op == "output").args[0]:
@@ -751,7 +757,10 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
                      if isinstance(a, torch.nn.Parameter)}
     state = {spec.arg.name for spec in ep.graph_signature.input_specs
              if spec.kind.name in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") and hasattr(spec.arg, "name")}
-    rewritten = cleanup(gm) + fold_constants(gm) + push_slices(gm) + localize_state_views(gm, state)
+    buffers = {spec.arg.name for spec in ep.graph_signature.input_specs if spec.kind.name == "BUFFER"}
+    # (buffer values first: computed by PyTorch as the module computes them, casts included)
+    rewritten = cleanup(gm) + fold_constants(gm) + push_slices(gm) + localize_state_views(gm, state) \
+        + hoist_state_values(gm, buffers)
     elided, sandwich = [], {}
     if allow_fp32_upcast_elision:
         elided = elide_fp32_upcasts(gm)
@@ -776,9 +785,7 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
         fused = part.fuse_partitions(split_by_layer(part.propose_partitions()))
     segments, infos, graphs = {}, [], []
     k = 0
-    for node in list(fused.graph.nodes):
-        if node.op != "call_module":
-            continue
+    for node in _partition_calls(fused):
         sub = fused.get_submodule(node.target)
         aten = [str(n.target) for n in sub.graph.nodes if n.op == "call_function"]
         info = SegmentInfo(node.target, None, aten, [])
@@ -803,7 +810,7 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
             offloaded += [Offload(a, node.target, info.reason) for a in aten]
             continue
         seg = kn_segs[0]
-        seg.graph.name = f"{name}_{k}" if k or _count_modules(fused) > 1 else name
+        seg.graph.name = f"{name}_{k}" if k or len(_partition_calls(fused)) > 1 else name
         k += 1
         placeholders = [p for p in sub.graph.nodes if p.op == "placeholder"]
         outer_args = list(node.args)
@@ -852,5 +859,6 @@ def import_module(module_or_fn, example_inputs: Sequence, *, name: str = "main",
     return res
 
 
-def _count_modules(gm) -> int:
-    return sum(1 for n in gm.graph.nodes if n.op == "call_module")
+def _partition_calls(gm) -> list:
+    """The nodes of `gm` that call a partition (not the state values, `hoist_state_values`)."""
+    return [n for n in gm.graph.nodes if n.op == "call_module" and n.target != STATE_VALUES]
