@@ -391,9 +391,10 @@ def _reference_result(sub, cfg, verbose, device):
     return SearchResult(sub, [reference_candidate(sub, device)], Stats(), 0.0, cfg)
 
 
-def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search):
+def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search, deadline: float | None = None):
     """Search each Lax subprogram of `ref` (`search`: the driver's), stitch the best plans
-    and check the result (`_stitched`); a SearchResult."""
+    and check the result (`_stitched`) if `deadline` (default: the end of `cfg`'s time
+    limit) has not passed; a SearchResult."""
     from .generator import Stats
     from .config import auto_config, make_config
 
@@ -461,7 +462,8 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search)
     plan = (tuple(plan_ops), tuple(index[id(t)] for t in ref.outputs))
     cands = [reference_candidate(full, device)]
     if plan not in (B.reference_plan(ref), B.reference_plan(full)):
-        stitched = _stitched(full, plan, cfg, device, notes, t0 + cfg.time_limit)  # checked against the program given
+        # checked against the program given
+        stitched = _stitched(full, plan, cfg, device, notes, t0 + cfg.time_limit if deadline is None else deadline)
         if stitched is not None:
             cands = sorted(cands + [stitched], key=order)
     notes.insert(0, f"Lax partitioning ({cfg.partition}): {n_sub} subprogram(s), {len(bars)} op(s) kept")
