@@ -124,6 +124,34 @@ def test_the_split_baseline_is_kept_past_its_share_of_the_time(monkeypatch):
     assert kernels(res.candidates[0].graph) <= 5, res.report()
 
 
+def test_subprograms_share_the_time_by_their_ops():
+    # a large subprogram before a small one gets the time limit's share of its ops, not
+    # half: GPT-2's MLP (21 ops) beside a projection (2) was cut and kept its reference
+    from mirage.search.partition import SEARCH_SHARE, _reference_result, partitioned_search
+    from programs import EPS, _mean
+
+    g = mi.new_kernel_graph("ln_proj_softmax")
+    x, gamma, beta, wq = (g.new_input(s) for s in [(16, 64), (64,), (64,), (64, 32)])
+    xc = g.sub(x, _mean(g, x, 64))
+    y = g.add(g.mul(g.mul(xc, g.rsqrt(g.add(_mean(g, g.square(xc), 64), g.constant(EPS, (1, 1))))), gamma), beta)
+    s = g.matmul(y, wq)
+    e = g.exp(g.sub(s, g.reduce_max(s, 1)))
+    g.mark_output(g.div(e, g.reduction(e, 1)))
+    limits = []
+
+    def search(sub, scfg, verbose, device):
+        limits.append((len(sub.ops), scfg.time_limit))
+        return _reference_result(sub, scfg, verbose, device)
+
+    from mirage.target import DEFAULT
+
+    partitioned_search(g, make_config("attention", time_limit=100.0), False, DEFAULT, "auto", search)
+    (n1, t1), (n2, t2) = limits
+    assert n1 > 3 * n2
+    assert t1 == pytest.approx(SEARCH_SHARE * 100.0 * n1 / (n1 + n2), rel=0.01)
+    assert t2 == pytest.approx(SEARCH_SHARE * 100.0, rel=0.01)  # the last: what the first left (all of it)
+
+
 def test_residual_add_and_its_layernorm_replay_in_one_kernel():
     # a pre-norm block's residual: h = x + a, and LayerNorm(h); both are outputs (h feeds
     # the next residual). The row seed saves both: one kernel, not the 14 of the ops

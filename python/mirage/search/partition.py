@@ -409,6 +409,7 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search,
     notes = []
     n_sub = sum(u[0] == "sub" and len(u[1]) > 1 for u in units)
     done_sub = 0
+    weight = sum(len(u[1]) for u in units if u[0] == "sub" and len(u[1]) > 1)  # of those left
     for u in units:
         if u[0] == "op" or len(u[1]) == 1:  # a barrier, or one op alone: nothing to fuse
             op = ref.ops[u[1] if u[0] == "op" else u[1][0]]
@@ -423,8 +424,14 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search,
         if stats.stopped == "interrupted":  # after Ctrl-C the rest keeps the reference's ops
             search = _reference_result
         # the subprograms share the first part of the time limit (the rest is a margin for
-        # the stitched program's check and the caller's ranking)
-        left = max(1.0, (t0 + SEARCH_SHARE * cfg.time_limit - time.monotonic()) / max(1, n_sub - done_sub))
+        # the stitched program's check and the caller's ranking), each by its ops: a
+        # small one's search ends early, leaving its time to those after it, but a large
+        # one before small ones took an even share (GPT-2's MLP, matmul + bias + GELU,
+        # 21 ops beside a projection's 2 in its split baseline, was cut at random with
+        # the machine's load and kept its reference)
+        share = len(u[1]) / max(1, weight)
+        left = max(1.0, (t0 + SEARCH_SHARE * cfg.time_limit - time.monotonic()) * share)
+        weight -= len(u[1])
         done_sub += 1
         if preset == "auto":
             name, adapted = auto_config(sub)
