@@ -124,6 +124,36 @@ def test_the_split_baseline_is_kept_past_its_share_of_the_time(monkeypatch):
     assert kernels(res.candidates[0].graph) <= 5, res.report()
 
 
+def test_a_spilling_subprogram_pick_falls_back_alone(monkeypatch):
+    # without a GPU, a subprogram's pick whose kernels spill registers (ptxas; here: the
+    # fused LayerNorm, as if it did) gives way to its next candidate or its reference ops,
+    # and the others' fusions stay (the softmax's): stitched in, one spilling kernel ranked
+    # a GPT-2 block after its reference
+    import mirage.search.measure as M
+    from mirage.lower import ptxas
+    from programs import EPS, _mean
+
+    g = mi.new_kernel_graph("ln_scores")
+    x, gamma, beta, wq, kt = (g.new_input(s) for s in [(16, 64), (64,), (64,), (64, 32), (32, 16)])
+    xc = g.sub(x, _mean(g, x, 64))
+    y = g.add(g.mul(g.mul(xc, g.rsqrt(g.add(_mean(g, g.square(xc), 64), g.constant(EPS, (1, 1))))), gamma), beta)
+    s = g.matmul(g.matmul(y, wq), kt)
+    e = g.exp(g.sub(s, g.reduce_max(s, 1)))
+    g.mark_output(g.div(e, g.reduction(e, 1)))
+
+    def spills(graph, target="sm_90"):
+        return 60 * sum(op.kind == "graph_def" and any(b.kind == "square" for b in op.body.ops) for op in graph.ops)
+
+    monkeypatch.setattr(M, "spills", spills)
+    monkeypatch.setattr(M, "gpu_available", lambda: False)
+    monkeypatch.setattr(ptxas, "find", lambda: "ptxas")
+    res = superoptimize(g, workers=2, time_limit=60)
+    best = res.candidates[0]
+    assert best.key != "reference" and spills(best.graph) == 0, res.report()
+    assert kernels(best.graph) < kernels(g)  # the softmax still fused
+    assert any(n.startswith("subprogram 1: ") and "spill registers" in n for n in res.notes), res.notes
+
+
 def test_subprograms_share_the_time_by_their_ops():
     # a large subprogram before a small one gets the time limit's share of its ops, not
     # half: GPT-2's MLP (21 ops) beside a projection (2) was cut and kept its reference

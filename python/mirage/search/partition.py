@@ -39,6 +39,7 @@ import time
 from ..core import ops as O
 from ..core.graph import KNGraph
 from . import build as B
+from . import measure as M
 from .cost import cost
 from .result import Candidate, SearchResult, order, reference_candidate
 
@@ -407,6 +408,11 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search,
     plan_ops = []
     stats = Stats()
     notes = []
+    # without a GPU to time the stitched program, each subprogram's pick is the first of its
+    # candidates whose kernels do not spill registers (`measure.demote_spilling`, as the
+    # program's ranking then does): GPT-2's block with one kernel spilling 60 bytes ranked
+    # after its reference, losing every subprogram's fusion
+    gpu = M.gpu_available()
     n_sub = sum(u[0] == "sub" and len(u[1]) > 1 for u in units)
     done_sub = 0
     weight = sum(len(u[1]) for u in units if u[0] == "sub" and len(u[1]) > 1)  # of those left
@@ -445,6 +451,9 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search,
                   f"({', '.join(ref.ops[k].kind for k in u[1])})", file=sys.stderr, flush=True)
         res = search(sub, scfg, verbose, device)
         stats.merge(res.stats)
+        if not gpu:  # a pick whose kernels spill, stitched in, ranked the whole program after the reference
+            res = M.demote_spilling(res, deadline=t0 + cfg.time_limit if deadline is None else deadline)
+            notes += [f"subprogram {done_sub}: {n}" for n in res.notes if "spill" in n]  # its own pieces' too
         best = res.candidates[0]
         plan = best.plan if best.plan is not None else B.reference_plan(sub)
         sops, souts = plan
