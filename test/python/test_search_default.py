@@ -69,13 +69,9 @@ def test_row_seeds_replay_layernorm():
     assert row_seeds(ref, make_config("rows")) == []
 
 
-def test_a_lax_subprogram_gets_the_split_baseline_too():
-    # GPT-2's first kn segment, small: LayerNorm, a projection and the scores, then the
-    # softmax. The program's preset is attention (no split), and its reduce_max is a Lax
-    # barrier; the subprogram before it (norm and matmuls) is cut where the norm enters
-    # the matmul, as a program of its own would be: the norm fuses into one kernel
-    # (searched whole, its 16 ops stayed 16 kernels)
-    from programs import EPS, _layernorm_np, _mean
+def _ln_scores():
+    """GPT-2's first kn segment, small: LayerNorm, a projection and the scores, then the softmax."""
+    from programs import EPS, _mean
 
     g = mi.new_kernel_graph("ln_scores")
     x, gamma, beta, wq, kt = (g.new_input(s) for s in [(16, 64), (64,), (64,), (64, 32), (32, 16)])
@@ -84,6 +80,18 @@ def test_a_lax_subprogram_gets_the_split_baseline_too():
     s = g.matmul(g.matmul(y, wq), kt)
     e = g.exp(g.sub(s, g.reduce_max(s, 1)))
     g.mark_output(g.div(e, g.reduction(e, 1)))
+    return g
+
+
+def test_a_lax_subprogram_gets_the_split_baseline_too():
+    # GPT-2's first kn segment, small: LayerNorm, a projection and the scores, then the
+    # softmax. The program's preset is attention (no split), and its reduce_max is a Lax
+    # barrier; the subprogram before it (norm and matmuls) is cut where the norm enters
+    # the matmul, as a program of its own would be: the norm fuses into one kernel
+    # (searched whole, its 16 ops stayed 16 kernels)
+    from programs import _layernorm_np
+
+    g = _ln_scores()
     assert auto_config(g)[0] == "attention"
     res = superoptimize(g, measure=False, workers=2, time_limit=60)
     best = res.candidates[0]
@@ -104,15 +112,8 @@ def test_the_split_baseline_is_kept_past_its_share_of_the_time(monkeypatch):
     import time
 
     import mirage.search.driver as D
-    from programs import EPS, _mean
 
-    g = mi.new_kernel_graph("ln_scores")
-    x, gamma, beta, wq, kt = (g.new_input(s) for s in [(16, 64), (64,), (64,), (64, 32), (32, 16)])
-    xc = g.sub(x, _mean(g, x, 64))
-    y = g.add(g.mul(g.mul(xc, g.rsqrt(g.add(_mean(g, g.square(xc), 64), g.constant(EPS, (1, 1))))), gamma), beta)
-    s = g.matmul(g.matmul(y, wq), kt)
-    e = g.exp(g.sub(s, g.reduce_max(s, 1)))
-    g.mark_output(g.div(e, g.reduction(e, 1)))
+    g = _ln_scores()
     search = D._search
 
     def slow(*a, **k):
@@ -131,15 +132,8 @@ def test_a_spilling_subprogram_pick_falls_back_alone(monkeypatch):
     # a GPT-2 block after its reference
     import mirage.search.measure as M
     from mirage.lower import ptxas
-    from programs import EPS, _mean
 
-    g = mi.new_kernel_graph("ln_scores")
-    x, gamma, beta, wq, kt = (g.new_input(s) for s in [(16, 64), (64,), (64,), (64, 32), (32, 16)])
-    xc = g.sub(x, _mean(g, x, 64))
-    y = g.add(g.mul(g.mul(xc, g.rsqrt(g.add(_mean(g, g.square(xc), 64), g.constant(EPS, (1, 1))))), gamma), beta)
-    s = g.matmul(g.matmul(y, wq), kt)
-    e = g.exp(g.sub(s, g.reduce_max(s, 1)))
-    g.mark_output(g.div(e, g.reduction(e, 1)))
+    g = _ln_scores()
 
     def spills(graph, target="sm_90"):
         return 60 * sum(op.kind == "graph_def" and any(b.kind == "square" for b in op.body.ops) for op in graph.ops)
@@ -158,15 +152,8 @@ def test_subprograms_share_the_time_by_their_ops():
     # a large subprogram before a small one gets the time limit's share of its ops, not
     # half: GPT-2's MLP (21 ops) beside a projection (2) was cut and kept its reference
     from mirage.search.partition import SEARCH_SHARE, _reference_result, partitioned_search
-    from programs import EPS, _mean
 
-    g = mi.new_kernel_graph("ln_proj_softmax")
-    x, gamma, beta, wq = (g.new_input(s) for s in [(16, 64), (64,), (64,), (64, 32)])
-    xc = g.sub(x, _mean(g, x, 64))
-    y = g.add(g.mul(g.mul(xc, g.rsqrt(g.add(_mean(g, g.square(xc), 64), g.constant(EPS, (1, 1))))), gamma), beta)
-    s = g.matmul(y, wq)
-    e = g.exp(g.sub(s, g.reduce_max(s, 1)))
-    g.mark_output(g.div(e, g.reduction(e, 1)))
+    g = _ln_scores()
     limits = []
 
     def search(sub, scfg, verbose, device):
