@@ -400,6 +400,7 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search,
     from .config import auto_config, make_config
 
     t0 = time.monotonic()
+    deadline = t0 + cfg.time_limit if deadline is None else deadline
     # same inputs and outputs: plans of one are plans of the other
     full, ref = ref, private_constants(hoist_unit_reshapes(ref))
     units, bars = subprograms(ref, cfg.partition)
@@ -452,7 +453,7 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search,
         res = search(sub, scfg, verbose, device)
         stats.merge(res.stats)
         if not gpu:  # a pick whose kernels spill, stitched in, ranked the whole program after the reference
-            res = M.demote_spilling(res, deadline=t0 + cfg.time_limit if deadline is None else deadline)
+            res = M.demote_spilling(res, deadline=deadline)
             notes += [f"subprogram {done_sub}: {n}" for n in res.notes if "spill" in n]  # its own pieces' too
         best = res.candidates[0]
         plan = best.plan if best.plan is not None else B.reference_plan(sub)
@@ -478,8 +479,7 @@ def partitioned_search(ref: KNGraph, cfg, verbose: bool, device, preset, search,
     plan = (tuple(plan_ops), tuple(index[id(t)] for t in ref.outputs))
     cands = [reference_candidate(full, device)]
     if plan not in (B.reference_plan(ref), B.reference_plan(full)):
-        # checked against the program given
-        stitched = _stitched(full, plan, cfg, device, notes, t0 + cfg.time_limit if deadline is None else deadline)
+        stitched = _stitched(full, plan, cfg, device, notes, deadline)  # checked against the program given
         if stitched is not None:
             cands = sorted(cands + [stitched], key=order)
     notes.insert(0, f"Lax partitioning ({cfg.partition}): {n_sub} subprogram(s), {len(bars)} op(s) kept")
