@@ -35,6 +35,13 @@ def _full_slice(n) -> bool:
     return step == 1
 
 
+def _random(n) -> bool:
+    """Whether FX node `n` draws random numbers (a new value each call: never computed once)."""
+    import torch
+
+    return isinstance(n.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in n.target.tags
+
+
 def cleanup(gm) -> list[str]:
     """Remove the no-op nodes of `gm` (in place). Returns one line per kind removed."""
     counts = {"assert": 0, "cat": 0, "slice": 0}
@@ -94,7 +101,7 @@ def fold_constants(gm) -> list[str]:
     vals: dict = {}
     for n in gm.graph.nodes:
         if n.op == "call_function" and all(a in vals for a in n.all_input_nodes):
-            if isinstance(n.target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in n.target.tags:
+            if _random(n):
                 continue
             try:
                 vals[n] = n.target(*map_arg(n.args, vals.__getitem__), **map_arg(n.kwargs, vals.__getitem__))
@@ -145,9 +152,7 @@ def hoist_state_values(gm, buffers: set) -> list[str]:
         elif n.op == "get_attr":
             only[n] = True
         elif n.op == "call_function":
-            seeded = isinstance(n.target, torch._ops.OpOverload) and \
-                torch.Tag.nondeterministic_seeded in n.target.tags
-            only[n] = bool(n.all_input_nodes) and not seeded and all(only[a] for a in n.all_input_nodes)
+            only[n] = bool(n.all_input_nodes) and not _random(n) and all(only[a] for a in n.all_input_nodes)
             if only[n] and str(n.target) in _STATE_VIEWS and (n.args[0].op in ("placeholder", "get_attr")
                                                              or n.args[0] in view):
                 view.add(n)
