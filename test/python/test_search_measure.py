@@ -61,6 +61,8 @@ def test_spearman():
 
 
 PTXAS_V = """ptxas info    : 0 bytes gmem
+ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to \
+insufficient register resources for the wgmma pipeline in the function 'g11_k1'
 ptxas info    : Compiling entry function 'g11_k0' for 'sm_90'
 ptxas info    : Function properties for g11_k0
     288 bytes stack frame, 288 bytes spill stores, 280 bytes spill loads
@@ -75,8 +77,10 @@ ptxas info    : Used 40 registers, used 1 barriers
 def test_ptxas_report_is_parsed_per_kernel():
     from mirage.lower.ptxas import parse
 
-    assert parse(PTXAS_V) == {"g11_k0": {"registers": 255, "spill_stores": 288, "spill_loads": 280},
-                              "g11_k1": {"registers": 40, "spill_stores": 0, "spill_loads": 0}}
+    assert parse(PTXAS_V) == {
+        "g11_k0": {"registers": 255, "spill_stores": 288, "spill_loads": 280, "wgmma_serialized": None},
+        "g11_k1": {"registers": 40, "spill_stores": 0, "spill_loads": 0,
+                   "wgmma_serialized": "insufficient register resources for the wgmma pipeline"}}
 
 
 def test_without_gpu_spilling_candidates_move_after_the_first_that_does_not(monkeypatch):
@@ -125,3 +129,70 @@ def test_the_spill_check_keeps_to_the_time_limit(monkeypatch):
     M.demote_spilling(res, deadline=time.monotonic() + M.SPILL_CHECK_S / 2)
     assert [c.key for c in res.candidates] == keys
     assert any("not checked for register spills" in n for n in res.notes)
+
+
+def _exp_then(op):
+    g = mi.new_kernel_graph(f"exp_{op}")
+    x = g.new_input((16, 64))
+    g.mark_output(getattr(g, op)(g.exp(x), x))
+    return g
+
+
+def test_spills_are_memoized_per_kernel(monkeypatch):
+    # a graph sharing a kernel with one checked before: only its new kernels go through the
+    # NVVM pipeline and ptxas (faked here: the "PTX" is the module, and a kernel spills a
+    # byte per multiply and 4 per add in its MLIR), and the sum is the whole graph's
+    import re
+
+    import mirage.lower as L
+    import mirage.lower.pipeline as P
+    import mirage.lower.ptxas as X
+    import mirage.search.measure as M
+
+    def usage(ptx):
+        entries = re.split(r"gpu\.func @", ptx)[1:]
+        assembled.extend(e.split("(")[0] for e in entries)
+        return {e.split("(")[0]: {"registers": 32, "spill_stores": e.count("arith.mulf") + 4 * e.count("arith.addf"),
+                                  "spill_loads": 0} for e in entries}
+
+    def whole(g):  # what one ptxas run over all of g's kernels reports
+        return sum(u["spill_stores"] for u in usage(L.convert(g).module).values())
+
+    assembled = []
+    monkeypatch.setattr(M, "_KERNEL_SPILLS", {})
+    monkeypatch.setattr(X, "find", lambda: "/usr/bin/ptxas")
+    monkeypatch.setattr(X, "usage", usage)
+    monkeypatch.setattr(P, "run_pipeline", lambda module, target="sm_90": module)
+    a, b = _exp_then("mul"), _exp_then("add")
+    want_a, want_b = whole(a), whole(b)
+    assert 0 < want_a < want_b
+    assembled.clear()
+    assert M.spills(a) == want_a and sorted(assembled) == ["exp_mul_k0", "exp_mul_k1"]
+    assembled.clear()
+    assert M.spills(b) == want_b and assembled == ["exp_add_k1"]  # the exp kernel is a's
+    assembled.clear()
+    assert M.spills(a) == want_a and M.spills(b) == want_b and assembled == []
+    assert M.spills(a, "sm_80") == want_a and sorted(assembled) == ["exp_mul_k0", "exp_mul_k1"]  # per target
+
+
+def test_memoized_spills_equal_one_ptxas_run_over_the_graph(monkeypatch):
+    import mirage.lower as L
+    import mirage.lower.ptxas as X
+    import mirage.search.measure as M
+
+    if X.find() is None:
+        pytest.skip("no ptxas on this machine")
+    pytest.importorskip("mlir.ir")
+    usage, entries = X.usage, []
+
+    def counted(ptx, *a, **k):
+        use = usage(ptx, *a, **k)
+        entries.extend(use or ())
+        return use
+
+    monkeypatch.setattr(M, "_KERNEL_SPILLS", {})
+    monkeypatch.setattr(X, "usage", counted)
+    a, b = _exp_then("mul"), _exp_then("add")
+    assert M.spills(a) is not None and len(entries) == 2
+    assert M.spills(b) == sum(u["spill_stores"] for u in usage(L.to_ptx(b, disk_cache=False)[1]).values())
+    assert sorted(entries) == ["exp_add_k1", "exp_mul_k0", "exp_mul_k1"]  # the exp kernel once

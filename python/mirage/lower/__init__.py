@@ -31,10 +31,16 @@ def to_ptx(g, target: str = "sm_90", options: Options | None = None, disk_cache:
     from .pipeline import run_pipeline
     from .ptx_cache import compile_ptx
 
-    if target != "sm_90":  # griddepcontrol (Options.pdl), wgmma and clusters are sm_90's
-        options = replace(options or Options(), pdl=False, wgmma=False, clusters=False)
-    low = convert(g, options)
+    low = convert(g, target_options(target, options))
     return low, (compile_ptx if disk_cache else run_pipeline)(low.module, target)
+
+
+def target_options(target: str, options: Options | None = None) -> Options | None:
+    """`options` as `target` takes them: griddepcontrol (Options.pdl), wgmma and clusters
+    are sm_90's."""
+    if target != "sm_90":
+        return replace(options or Options(), pdl=False, wgmma=False, clusters=False)
+    return options
 
 
 class CompiledGraph:

@@ -157,20 +157,59 @@ def measure_on_gpu(res: SearchResult, target: str = "sm_90", scale: float = 0.25
     return {int(n[1:]): t for n, t in times.items() if n != "reference"}
 
 
+# spill-store bytes per kernel, by (target, its MLIR with the name masked): the search checks
+# the same kernels again and again (each Lax subprogram's candidates, then the stitched program
+# of their picks), and one seen before is not run through the NVVM pipeline and ptxas again.
+# Past the cap the oldest entries go first.
+_KERNEL_SPILLS: dict[tuple, int] = {}
+KERNEL_SPILLS_MAX = 4096
+
+
+def _kernel_key(info, target: str) -> tuple:
+    import hashlib
+
+    # the emitted text, not the block graph: the operands' strides, the split, the options
+    # and the recorded layouts shape the kernel too. The name is its place in the graph.
+    text = info.text.replace(f"@{info.name}(", "@kernel(", 1)
+    return target, hashlib.sha256(text.encode()).hexdigest()
+
+
 def spills(graph, target: str = "sm_90") -> int | None:
     """Bytes of registers the kernels of `graph` spill (summed over its kernels) as ptxas
-    assembles them for `target`; None where it does not lower or no ptxas is installed."""
+    assembles them for `target`; None where it does not lower or no ptxas is installed.
+    A kernel checked before in this process is not assembled again (`_KERNEL_SPILLS`)."""
     from .. import lower
     from ..lower import ptxas
+    from ..lower.pipeline import run_pipeline
 
     if ptxas.find() is None:
         return None
-    try:  # not through the on-disk PTX cache: a search with cache_dir=None writes nothing
-        _, ptx = lower.to_ptx(graph, target, disk_cache=False)
+    try:
+        low = lower.convert(graph, lower.target_options(target))
+        keys = {info.name: _kernel_key(info, target) for info in low.infos}
+        found = {n: _KERNEL_SPILLS[k] for n, k in keys.items() if k in _KERNEL_SPILLS}
+        if len(found) < len(keys):
+            # the module less the kernels seen: each kernel's text is self-contained and ptxas
+            # reports each entry alone. A kernel without wgmma may then go to sm_90 where the
+            # whole module went to sm_90a: its PTX differs only in .target, ptxas's report not at all
+            module = low.module
+            for info in low.infos:
+                if info.name in found:
+                    module = module.replace(info.text, "", 1)
+            # not through the on-disk PTX cache: a search with cache_dir=None writes nothing
+            ptx = run_pipeline(module, target)
     except Exception:  # does not lower (LoweringError, a pipeline's MLIRError): not known
         return None
-    use = ptxas.usage(ptx)  # for the PTX's own .target (sm_90a where it has wgmma)
-    return None if use is None else sum(u["spill_stores"] for u in use.values())
+    if len(found) < len(keys):
+        use = ptxas.usage(ptx)  # for the PTX's own .target (sm_90a where it has wgmma)
+        if use is None:
+            return None
+        for name, key in keys.items():
+            if name not in found:
+                found[name] = _KERNEL_SPILLS[key] = use.get(name, {}).get("spill_stores", 0)
+        while len(_KERNEL_SPILLS) > KERNEL_SPILLS_MAX:
+            del _KERNEL_SPILLS[next(iter(_KERNEL_SPILLS))]
+    return sum(found.values())
 
 
 # seconds one candidate's spill check may take (lowering, the NVVM pipeline, ptxas: 0.5-2 s
