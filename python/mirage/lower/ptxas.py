@@ -37,16 +37,20 @@ def find() -> str | None:
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS = re.compile(r"Used (\d+) registers")
+# wgmma that ptxas runs one group at a time (its own waits), whatever the PTX's waits say
+_SERIAL = re.compile(r"wgmma\.mma_async instructions are serialized due to (.*) in the function '([^']+)'")
 
 
 def parse(text: str) -> dict[str, dict]:
-    """{entry: {"registers", "spill_stores", "spill_loads"}} from `ptxas -v` output."""
+    """{entry: {"registers", "spill_stores", "spill_loads", "wgmma_serialized"}} from
+    `ptxas -v` output (the last: ptxas's reason, or None)."""
     out: dict = {}
+    serial = {m.group(2): m.group(1) for m in _SERIAL.finditer(text)}
     name = None
     for line in text.splitlines():
         if m := _ENTRY.search(line):
             name = m.group(1)
-            out[name] = {"registers": 0, "spill_stores": 0, "spill_loads": 0}
+            out[name] = {"registers": 0, "spill_stores": 0, "spill_loads": 0, "wgmma_serialized": serial.get(name)}
         elif name and (m := _SPILL.search(line)):
             out[name]["spill_stores"], out[name]["spill_loads"] = int(m.group(1)), int(m.group(2))
         elif name and (m := _REGS.search(line)):
