@@ -34,6 +34,8 @@ def main() -> int:
     ap.add_argument("--splits", default="0,1,2,4,8", help="split factors (0: the lowering's choice)")
     ap.add_argument("--kc", type=int, default=0,
                     help="form n: A and B staged in chunks of this many K ([stage]; 0: whole)")
+    ap.add_argument("--stages", type=int, default=0,
+                    help="the deepest ring (`Options.stages`; 0: the lowering's default), named -st<n>")
     ap.add_argument("--form", default="n", choices=("n", "k"),
                     help="n: loop over N, warp-resident (16 rows a warp); k: loop over K, n whole (default threads)")
     a = ap.parse_args()
@@ -63,8 +65,10 @@ def main() -> int:
                 continue
             for s in (int(x) for x in a.splits.split(",")):
                 if not s or ((N if a.form == "n" else K) // tl) % s == 0:
-                    put(f"{row}__{a.form}{tm}x{tl}x{th}-s{s}" + (f"-kc{t.kc}" if t.kc else ""), row, "chain", g,
-                        Options(split=s, threads=threads), [a.form, tm, tl, th])
+                    extra = {"stages": a.stages} if a.stages else {}
+                    put(f"{row}__{a.form}{tm}x{tl}x{th}-s{s}" + (f"-kc{t.kc}" if t.kc else "")
+                        + (f"-st{a.stages}" if a.stages else ""), row, "chain", g,
+                        Options(split=s, threads=threads, **extra), [a.form, tm, tl, th])
             if a.form == "n" and row in ("G4", "G10") and (N // tl) % 8 == 0 and tm == 64:
                 put(f"{row}__n64x{tl}x{th}-s8fold", row, "chain", g, Options(split=8, clusters=False),
                     ["n", 64, tl, th])

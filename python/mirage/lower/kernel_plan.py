@@ -1181,11 +1181,18 @@ class KernelPlan:
         instead of ldmatrix fragments (K / 4 registers a thread, which spilled at K = 512):
         K is at least A_DESC_MIN_K, A is not the fragments of the matmul before it, and its
         tile [M, K] is K-major in 128-byte swizzled column blocks (`Tile.atom`), each
-        1024-byte aligned."""
-        ta = self.tiles.get(id(op.inputs[0]))
-        return (id(op) in self.wgmma and id(op) not in self.a_from_regs and ta is not None and bool(ta.atom)
-                and op.inputs[0].shape[-1] >= A_DESC_MIN_K
-                and ta.offset % 1024 == 0 and ta.stage_bytes % 1024 == 0 and (ta.rows_alloc * 128) % 1024 == 0)
+        1024-byte aligned. The chunks of a staged matmul (`KStage.sub`), rows of 128 bytes,
+        one such block: through a descriptor at any K, so that no register of A is held
+        while a chunk's matmul runs on (`mma_staged`)."""
+        if id(op) not in self.wgmma or id(op) in self.a_from_regs:
+            return False
+        chunk = any(op is ks.sub for ks in self.kstage.values())
+        ta = self.tile_of(op.inputs[0]) if chunk else self.tiles.get(id(op.inputs[0]))
+        if ta is None:
+            return False
+        one_block = chunk and ta.swizzle == 128 and ta.ld == ta.cols and ta.cols * ta.itemsize == 128
+        return ((bool(ta.atom) and (op.inputs[0].shape[-1] >= A_DESC_MIN_K or chunk)) or one_block) \
+            and ta.offset % 1024 == 0 and ta.stage_bytes % 1024 == 0 and (ta.rows_alloc * 128) % 1024 == 0
 
     @property
     def pdl(self) -> bool:

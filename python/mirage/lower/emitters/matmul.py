@@ -131,15 +131,19 @@ class MatmulEmitter:
 
     def mma_staged(self, op: Op, acc: list[str] | None) -> list[str]:
         """C (+)= A @ B with A and B staged in chunks of K (`KStage`): a ring of S slots,
-        chunks 0 .. S-2 issued first; step c waits for chunk c, barrier (every warp is done
-        with chunk c - 1), issues chunk c + S - 1 into c - 1's slot and runs the chunk's
-        mma.sync steps, the fragments carried across the steps."""
+        the first chunks issued ahead; step c waits for chunk c, barrier, refills the slot
+        every warp is done with and runs the chunk's matmul, the fragments carried across
+        the steps. On wgmma (S > 2) a chunk's matmul is left running while the next
+        step waits and copies (`wgmma.wait_group 1`: chunk c - 1 done), so the refilled
+        slot is c - 2's and the copies run S - 2 chunks ahead; else S - 1."""
         e = self.e
         ks = self.p.kstage[id(op)]
         S, nc = ks.stages, op.inputs[0].shape[-1] // ks.kc
         (ka, kb), (sa, sb) = ks.inputs, ks.sub.inputs
         ta, tb_ = self.p.tile_of(sa), self.p.tile_of(sb)
         r = len(op.inputs[1].shape)
+        defer = id(ks.sub) in self.p.wgmma and S > 2
+        ahead = S - 2 if defer else S - 1
 
         def issue(c: Idx, slot: Idx) -> None:
             start = e.mul(c, ks.kc)
@@ -147,15 +151,15 @@ class MatmulEmitter:
             self.load_input(kb, self.itg, slot, (r - 2, start))
 
         e.barrier()  # the ring's slots are free: every warp is done with this matmul's last chunks
-        for c in range(S - 1):
+        for c in range(ahead):
             issue(c, c)
             e.line("nvvm.cp.async.commit.group")
         zero = e.const("0.000000e+00", "vector<2x2xf32>")
         init = acc or [zero] * self.p.mma_geometry(op)[-1]
         c, args, res, close = e.for_iter(0, nc, 1, [(f, "vector<2x2xf32>") for f in init])
-        self.cp_wait(S - 2)
+        self.cp_wait(ahead - 1)
         e.barrier()
-        nxt = e.add(c, S - 1)
+        nxt = e.add(c, ahead)
         with e.if_(e.cmp("ult", nxt, nc)):
             issue(nxt, e.rem(nxt, S))
         e.line("nvvm.cp.async.commit.group")
@@ -163,8 +167,13 @@ class MatmulEmitter:
         for t, tile in ((sa, ta), (sb, tb_)):
             off = e.add(tile.offset, e.mul(slot, tile.stage_bytes))
             self.views[id(t)], self.views2d[id(t)] = self._make_view(tile, off), self._make_view(tile, off, True)
-        close(self.mma(ks.sub, args))
-        return res
+        if not defer:
+            close(self.mma(ks.sub, args))
+            return res
+        out = self.wgmma(ks.sub, args, issue_only=True)
+        self.wait_groups(1)
+        close(out)
+        return self.wait_groups_on(res)
 
     def wgmma(self, op: Op, acc: list[str] | None, issue_only: bool = False) -> list[str]:
         """C (+)= A @ B on the warpgroups (each 4 of the block's warps, 64 rows,
@@ -265,15 +274,16 @@ class MatmulEmitter:
     def a_step(self, op: Op, ks: int) -> int:
         """Descriptor units (16 bytes) from A's first k-step to k-step `ks`: 32 bytes a step
         within a 64-column block of `Tile.atom`, then the next block."""
-        ta = self.p.tiles[id(op.inputs[0])]
-        return ((ks * 16 // ta.atom) * ta.rows_alloc * 128 + (ks * 16 % ta.atom) * ta.itemsize) // 16
+        ta = self.p.tile_of(op.inputs[0])
+        atom = ta.atom or ta.cols  # (a chunk's tile: one block)
+        return ((ks * 16 // atom) * ta.rows_alloc * 128 + (ks * 16 % atom) * ta.itemsize) // 16
 
     def a_descriptor(self, op: Op) -> str:
         """This warpgroup's descriptor of A's first k-step (`KernelPlan.a_desc_ok`): the
         start address / 16 of its 64 rows, leading byte offset 1 (unused: K-major and
         swizzled), the stride of 8-row groups (1024 bytes) / 16, the 128-byte swizzle."""
         e = self.e
-        ta = self.p.tiles[id(op.inputs[0])]
+        ta = self.p.tile_of(op.inputs[0])
         sp = e.op(f"memref.extract_aligned_pointer_as_index {self.views[id(op.inputs[0])]} : {ta.mtype} -> index", "ap")
         start = e.add(sp, e.mul(e.div(self.warp, 4), 64 * 128))
         addr = e.op(f"arith.index_cast {e.idx(start)} : index to i64", "aa")
