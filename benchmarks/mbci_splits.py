@@ -35,7 +35,8 @@ def main() -> int:
     ap.add_argument("--kc", type=int, default=0,
                     help="form n: A and B staged in chunks of this many K ([stage]; 0: whole)")
     ap.add_argument("--stages", type=int, default=0,
-                    help="the deepest ring (`Options.stages`; 0: the lowering's default), named -st<n>")
+                    help="the deepest ring of the staged chunks (`Options.kstages`; 0: the lowering's default), "
+                    "named -st<n>")
     ap.add_argument("--form", default="n", choices=("n", "k"),
                     help="n: loop over N, warp-resident (16 rows a warp); k: loop over K, n whole (default threads)")
     a = ap.parse_args()
@@ -65,7 +66,7 @@ def main() -> int:
                 continue
             for s in (int(x) for x in a.splits.split(",")):
                 if not s or ((N if a.form == "n" else K) // tl) % s == 0:
-                    extra = {"stages": a.stages} if a.stages else {}
+                    extra = {"kstages": a.stages} if a.stages else {}
                     put(f"{row}__{a.form}{tm}x{tl}x{th}-s{s}" + (f"-kc{t.kc}" if t.kc else "")
                         + (f"-st{a.stages}" if a.stages else ""), row, "chain", g,
                         Options(split=s, threads=threads, **extra), [a.form, tm, tl, th])

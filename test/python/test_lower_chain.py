@@ -396,4 +396,4 @@ def test_matmul_staged_where_whole_tiles_do_not_fit():
     p = kernel(g, threads=128)
     mm0 = tb.ops[0]
     assert list(p.kstage) == [id(mm0)] and p.kstage[id(mm0)].kc == K_CHUNK and p.smem <= p.opts.smem_capacity
-    assert p.notes["frag_fused"] == 1 and p.notes["k_staged"] == "64x4"
+    assert p.notes["frag_fused"] == 1 and p.notes["k_staged"] == "64x6"  # Options.kstages

@@ -208,6 +208,10 @@ class Options:
     tensor_cores: bool = True
     async_copy: bool = True
     stages: int = 4  # deepest ring for loop-varying inputs (>= 2: prefetch); the plan may take less
+    # deepest ring of a staged matmul's chunks (`KStage`; shallower where shared memory is
+    # short). H100, MCFuser's G5/G6 in chunks of 64 on wgmma (benchmarks/results/mbci.md,
+    # 2026-12-07 23:31): 6 slots (copies 4 chunks ahead) 4-21 % faster than 4 (2 ahead)
+    kstages: int = 6
     smem_capacity: int = DEFAULT_TARGET.smem_per_block
     split: int = 0  # blocks sharing one for-loop (split-K); 0 = choose (see choose_split)
     sms: int = DEFAULT_TARGET.sms  # multiprocessors of the target
@@ -690,7 +694,7 @@ class KernelPlan:
             sa = STensor(a.shape[:-1] + (c,), a.dtype)
             sb = STensor(b.shape[:-2] + (c, b.shape[-1]), b.dtype)
             sub = Op("matmul", [sa, sb], [STensor(op.outputs[0].shape, op.outputs[0].dtype)])
-            out[id(op)] = KStage(c, max(2, min(self.opts.stages, K // c)), (pos[id(a)], pos[id(b)]), sub)
+            out[id(op)] = KStage(c, max(2, min(self.opts.kstages, K // c)), (pos[id(a)], pos[id(b)]), sub)
         return out
 
     def tile_of(self, t: STensor) -> Tile:

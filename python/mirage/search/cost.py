@@ -217,11 +217,12 @@ def _graph_def_cost(op, dev: Target) -> KernelCost:
 
 
 # seconds a block waits per chunk of a staged matmul (`tb.input` k_chunk: each chunk's copies
-# land before its mma steps run, STAGES - 1 ahead), beside the throughput terms. H100,
-# MCFuser's G5 and G6 in 64-row tilings staged in chunks of 64 (benchmarks/results/mbci.md,
-# 2026-12-07 15:43): 4-10 us above the throughput model with 8 to 32 chunks a block
-# (G6 64 x 64 x 256: 16 chunks, 16.2 us against 11.1 modelled; 64 x 32 x 256: 32, 19.9 / 11.1)
-STAGED_STEP = 0.3e-6
+# land before its matmul runs, `Options.kstages` - 2 chunks ahead on wgmma), beside the
+# throughput terms. H100, MCFuser's G5 and G6 in 64-row tilings staged in chunks of 64, 6
+# slots, wgmma (benchmarks/results/mbci.md, 2026-12-07 23:31): the measured time above the
+# throughput model, per chunk, 0.06-0.25 us on the fastest tilings (64 x 128 x 128 and
+# 64 x 64 x 256 of both rows); 0.3 us fitted the mma.sync chunks before (2026-12-07 15:43)
+STAGED_STEP = 0.12e-6
 
 
 def staged_steps(tb: TBGraph) -> int:
