@@ -120,6 +120,30 @@ def test_deep_tilings_stage_a_and_b_and_compute_the_chain():
     assert low.kernels[0]["notes"]["k_staged"].startswith("64x") and ".entry" in ptx
 
 
+def test_a_whole_tiling_that_does_not_fit_after_all_is_seeded_staged():
+    """MCFuser's G5 (K = 512): 64 x 128 x 128, eq. (1) within 1.2 x the capacity but its
+    built block graph over it: the space holds the whole tiling and its staged twin, and
+    the seeds take the staged one where the whole does not build (before, G5's default
+    search had no staged candidate; on the H100 it ran faster than the reference)."""
+    from mirage.search.mbci import seed_tilings
+
+    g = chain(1, 512, 512, 512, 256)
+    c, cfg = find_chain(g), SearchConfig()
+    whole, deep = Tiling("n", 64, 128, 128), Tiling("n", 64, 128, 128, 64)
+    assert cfg.smem_capacity < smem_estimate(c, whole) <= 1.2 * cfg.smem_capacity
+    assert {whole, deep} <= set(space(c, cfg, {}, True))
+
+    def measure(plan):
+        try:
+            return cost(build(g, plan)).time
+        except mi.GraphError:  # over the capacity
+            return float("inf")
+
+    assert measure(plan_of(c, whole, cfg)) == float("inf") and measure(plan_of(c, deep, cfg)) < float("inf")
+    seeds = seed_tilings(c, cfg, measure, {})
+    assert deep in seeds and whole not in seeds
+
+
 def test_explore_is_deterministic_and_returns_measured_best_first():
     c = find_chain(chain(8, 1024, 1024, 128, 128))
     cands = space(c, SearchConfig(), {})
