@@ -9,6 +9,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
+def _ctrl_c_default():
+    """In the child: Ctrl-C's default action, whatever the test runner inherited (a shell
+    starts background jobs with SIGINT ignored, and an ignored signal stays ignored
+    across exec: the search would never see it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 SCRIPT = f"""
 import sys
 sys.path.insert(0, {str(ROOT / 'examples')!r})
@@ -22,9 +29,9 @@ print("stopped:", res.stats.stopped, "candidates:", len(res.candidates), flush=T
 
 def test_ctrl_c_returns_partial_results():
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"), preexec_fn=_ctrl_c_default)
     assert proc.stdout.readline().strip() == "started"
-    time.sleep(4)  # the full-size GQA search takes minutes: it is still running
+    time.sleep(4)  # the full-size GQA search takes 15 s and more on 2 cores: it is still running
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
@@ -41,7 +48,7 @@ def test_ctrl_c_returns_partial_results():
 def test_ctrl_c_in_mirage_opt_prints_the_partial_result_and_exits_130():
     proc = subprocess.Popen([sys.executable, "-m", "mirage.mlir.opt", str(ROOT / "examples" / "gqa.mlir"),
                              "--mirage-superoptimize"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"), preexec_fn=_ctrl_c_default)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # wait until the search runs (its progress on stderr)
         if "[search]" in proc.stderr.readline():
@@ -70,7 +77,7 @@ def test_ctrl_c_during_the_checks_returns_within_two_seconds():
     # the checks of full-size candidates take seconds each (float64, then the verifier):
     # Ctrl-C there abandons the check in flight and returns what passed (or the reference)
     proc = subprocess.Popen([sys.executable, "-c", CHECKS_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"), preexec_fn=_ctrl_c_default)
     deadline = time.monotonic() + 120
     seen = []
     while time.monotonic() < deadline:

@@ -16,6 +16,7 @@ import pytest
 
 from mirage.search import superoptimize
 from test_search import gqa_ref, qknorm_ref
+from test_search_interrupt import _ctrl_c_default
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -270,7 +271,8 @@ def test_mirage_opt_on_the_cluster_address_and_ctrl_c(cluster):
     env = dict(os.environ, PYTHONUNBUFFERED="1", MIRAGE_RAY_ADDRESS=cluster)
     proc = subprocess.Popen([sys.executable, "-m", "mirage.mlir.opt", str(ROOT / "examples" / "gqa.mlir"),
                              "--mirage-superoptimize=executor=ray workers=2 cache-dir=none"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_ctrl_c_default)
     seen = []
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
