@@ -791,21 +791,6 @@ class BlockLowering(TileIO, ElementwiseEmitter, ReductionEmitter, MatmulEmitter,
         """Wait until at most `pending` warpgroup-matmul groups are in flight."""
         self.e.line(f'llvm.inline_asm has_side_effects "wgmma.wait_group.sync.aligned {pending};", "" : () -> ()')
 
-    def wait_groups_on(self, accs: list[str]) -> list[str]:
-        """Wait for every warpgroup matmul, the accumulator fragments `accs` passed through
-        the wait, so that nothing reads them before it."""
-        e = self.e
-        vals = [e.op(f"vector.extract {a}[{h}, {q}] : f32 from vector<2x2xf32>", "d")
-                for a in accs for h in (0, 1) for q in (0, 1)]
-        n = len(vals)
-        st = f"!llvm.struct<({', '.join(['f32'] * n)})>"
-        cons = ",".join(["=f"] * n + [str(i) for i in range(n)])
-        r = e.op(f'llvm.inline_asm has_side_effects "wgmma.wait_group.sync.aligned 0;", "{cons}" {", ".join(vals)} : '
-                 f'({", ".join(["f32"] * n)}) -> {st}', "wg")
-        d = [e.op(f"llvm.extractvalue {r}[{i}] : {st}", "f") for i in range(n)]
-        return [e.op(f"vector.from_elements {', '.join(d[4 * j:4 * j + 4])} : vector<2x2xf32>", "acc")
-                for j in range(len(accs))]
-
     def cp_wait(self, pending: int) -> None:
         """Wait until at most `pending` cp.async groups are in flight; where wgmma reads the
         tiles (the async proxy), fence this thread's landed copies for it before the

@@ -235,8 +235,7 @@ class MatmulEmitter:
         # an i32 operand that is 0 there), whose initial values are undefined
         first = (self.acc_first if carried else 1) if acc else 0
         flag = [first] if isinstance(first, str) else []
-        dv = [e.op(f"vector.extract {c}[{h}, {q}] : f32 from vector<2x2xf32>", "d")
-              for c in acc for h in (0, 1) for q in (0, 1)] if acc else []
+        dv = self.acc_scalars(acc) if acc else []
         a_ops, a_types = (aregs, ["i32"] * len(aregs)) if adesc is None else ([adesc], ["i64"])
         nd, na = 4 * NT, len(a_ops)
         a0 = nd + len(dv)  # operand number of A's first register (or its descriptor)
@@ -267,9 +266,29 @@ class MatmulEmitter:
         st = f"!llvm.struct<({', '.join(['f32'] * nd)})>"
         r = e.op(f'llvm.inline_asm has_side_effects "{" ".join(body)}", "{cons}" {", ".join(dv + a_ops + [desc] + flag)} : '
                  f'({", ".join(["f32"] * len(dv) + a_types + ["i64"] + ["i32"] * len(flag))}) -> {st}', "wg")
-        d = [e.op(f"llvm.extractvalue {r}[{i}] : {st}", "f") for i in range(nd)]
-        return [e.op(f"vector.from_elements {', '.join(d[4 * j:4 * j + 4])} : vector<2x2xf32>", "acc")
-                for j in range(NT)]
+        return self.acc_frags(r, st, nd)
+
+    def acc_scalars(self, accs: list[str]) -> list[str]:
+        """The f32 values of accumulator fragments (vector<2x2xf32> each), in order."""
+        return [self.e.op(f"vector.extract {c}[{h}, {q}] : f32 from vector<2x2xf32>", "d")
+                for c in accs for h in (0, 1) for q in (0, 1)]
+
+    def acc_frags(self, r: str, st: str, n: int) -> list[str]:
+        """The n f32 results of an asm statement (`r`, of struct type `st`) as fragments."""
+        d = [self.e.op(f"llvm.extractvalue {r}[{i}] : {st}", "f") for i in range(n)]
+        return [self.e.op(f"vector.from_elements {', '.join(d[j:j + 4])} : vector<2x2xf32>", "acc")
+                for j in range(0, n, 4)]
+
+    def wait_groups_on(self, accs: list[str]) -> list[str]:
+        """Wait for every warpgroup matmul, the accumulator fragments `accs` passed through
+        the wait, so that nothing reads them before it."""
+        vals = self.acc_scalars(accs)
+        n = len(vals)
+        st = f"!llvm.struct<({', '.join(['f32'] * n)})>"
+        cons = ",".join(["=f"] * n + [str(i) for i in range(n)])
+        r = self.e.op(f'llvm.inline_asm has_side_effects "wgmma.wait_group.sync.aligned 0;", "{cons}" '
+                      f'{", ".join(vals)} : ({", ".join(["f32"] * n)}) -> {st}', "wg")
+        return self.acc_frags(r, st, n)
 
     def a_step(self, op: Op, ks: int) -> int:
         """Descriptor units (16 bytes) from A's first k-step to k-step `ks`: 32 bytes a step
@@ -298,14 +317,13 @@ class MatmulEmitter:
         fragments of nvgpu.ldmatrix: A 4 and B 2 registers of 2 x bf16, C 2x2 f32)."""
         e = self.e
         ra, rb = self.frag_regs(fa, 4, "bf16"), self.frag_regs(fb, 2, "bf16")
-        rc = [e.op(f"vector.extract {c}[{h}, {q}] : f32 from vector<2x2xf32>", "f") for h in (0, 1) for q in (0, 1)]
+        rc = self.acc_scalars([c])
         st = "!llvm.struct<(f32, f32, f32, f32)>"
         r = e.op('llvm.inline_asm has_side_effects "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 '
                  '{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};", '
                  '"=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f" '
                  f'{", ".join(ra + rb + rc)} : ({", ".join(["i32"] * 6 + ["f32"] * 4)}) -> {st}', "mm")
-        d = [e.op(f"llvm.extractvalue {r}[{i}] : {st}", "f") for i in range(4)]
-        return e.op(f"vector.from_elements {', '.join(d)} : vector<2x2xf32>", "acc")
+        return self.acc_frags(r, st, 4)[0]
 
     def frag_regs(self, frag: str, n: int, elt: str) -> list[str]:
         """The n 32-bit registers (i32, two 16-bit elements each) of a fragment
