@@ -11,6 +11,8 @@ default search, then on the GPU beside PyTorch.
     PYTHONPATH=python python benchmarks/mbci.py --sweep SW [--rows G4,G5]
     PYTHONPATH=python:examples:benchmarks python3 benchmarks/mbci.py --run-sweep SW
     PYTHONPATH=python python benchmarks/mbci.py --fit SW
+    # profile sweep bundles (GPU machine)
+    ncu --launch-skip 2 --launch-count 1 python3 benchmarks/mbci.py --launch SW/NAME
 
 GEMM chains G1-G12 are `E = (A @ B) @ D` with A (batch, M, K), B (batch, K, N),
 D (batch, N, H); self-attention S1-S9 is `softmax(Q @ K^T / sqrt(d)) @ V` per head,
@@ -322,21 +324,7 @@ def sweep_run(a) -> int:
     rng = np.random.default_rng()
     done, bad = {}, 0
     for bname, info in meta.items():
-        b, M, N, K, H = ROWS[info["row"]]
-        attn = info["row"] in ATTN
-        shapes, scales = {"mm1": ([(b, M, K), (b, K, N)], [1.0, K ** -0.5]),
-                          "mm2": ([(b, M, N), (b, N, H)], [1.0, N ** -0.5])}.get(
-            info["kind"], ([(b, M, K), (b, K, N), (b, N, H)], [1.0] * 3 if attn else [1.0, K ** -0.5, N ** -0.5]))
-
-        def inputs():
-            return [torch.from_numpy(rng.standard_normal(s) * c).to("cuda", torch.float16) for s, c in zip(shapes, scales)]
-
-        def fn(*xs):
-            y = xs[0] @ xs[1]
-            if attn:
-                return torch.softmax(y * K ** -0.5, -1) @ xs[2]
-            return y @ xs[2] if len(xs) == 3 else y
-
+        shapes, inputs, fn = sweep_inputs(info, rng)
         n_sets = max(1, min(16, int(np.ceil(4 * l2 / sum(int(np.prod(s)) * 2 for s in shapes)))))
         try:
             k = rt.load(os.path.join(a.run_sweep, bname))
@@ -360,6 +348,50 @@ def sweep_run(a) -> int:
         with open(os.path.join(a.out_dir or a.run_sweep, "measured.json"), "w") as f:
             json.dump(done, f)
     return 1 if bad else 0
+
+
+def sweep_inputs(info: dict, rng):
+    """A sweep bundle's input shapes, a maker of fresh fp16 inputs on the GPU, and the
+    PyTorch function it computes (from its meta.json entry)."""
+    import torch
+
+    b, M, N, K, H = ROWS[info["row"]]
+    attn = info["row"] in ATTN
+    shapes, scales = {"mm1": ([(b, M, K), (b, K, N)], [1.0, K ** -0.5]),
+                      "mm2": ([(b, M, N), (b, N, H)], [1.0, N ** -0.5])}.get(
+        info["kind"], ([(b, M, K), (b, K, N), (b, N, H)], [1.0] * 3 if attn else [1.0, K ** -0.5, N ** -0.5]))
+
+    def inputs():
+        return [torch.from_numpy(rng.standard_normal(s) * c).to("cuda", torch.float16) for s, c in zip(shapes, scales)]
+
+    def fn(*xs):
+        y = xs[0] @ xs[1]
+        if attn:
+            return torch.softmax(y * K ** -0.5, -1) @ xs[2]
+        return y @ xs[2] if len(xs) == 3 else y
+
+    return shapes, inputs, fn
+
+
+def launch(a) -> int:
+    """GPU: launch each sweep bundle of a.launch (DIR/NAME) three times on fresh inputs,
+    nothing timed: for a profiler (`ncu --launch-skip 2 --launch-count 1` per bundle of one
+    kernel)."""
+    import torch
+
+    import mirage.runtime as rt
+
+    rng = np.random.default_rng(0)
+    for path in a.launch:
+        d, name = os.path.split(os.path.normpath(path))
+        _, inputs, fn = sweep_inputs(json.load(open(os.path.join(d, "meta.json")))[name], rng)
+        xs, k = inputs(), rt.load(path)
+        o = torch.empty(fn(*xs).shape, dtype=torch.float16, device="cuda")
+        for _ in range(3):
+            k(*xs, out=[o])
+        torch.cuda.synchronize()
+        print(path, flush=True)
+    return 0
 
 
 def replay_overhead(meta: dict, measured: dict) -> dict:
@@ -440,6 +472,8 @@ def main(argv=None) -> int:
                     "bundles in this folder (CPU machine)")
     ap.add_argument("--run-sweep", help="calibration: check and time the --sweep bundles there (GPU machine)")
     ap.add_argument("--fit", help="calibration: the cost model against a timed sweep folder (CPU)")
+    ap.add_argument("--launch", nargs="+", metavar="DIR/NAME", help="sweep bundles launched 3 times each, "
+                    "nothing timed: for ncu (GPU machine)")
     ap.add_argument("--out-dir", help="--run-sweep: write measured.json here (default: the sweep folder)")
     ap.add_argument("--recorded", action="store_true", help="--fit: the model's costs recorded by --sweep, not "
                     "this checkout's")
@@ -452,10 +486,12 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     a.rows = [r.strip().upper() for r in a.rows.split(",") if r.strip()]
     unknown = [r for r in a.rows if r not in ROWS]
-    modes = [m for m in ("build", "run", "sweep", "run_sweep", "fit") if getattr(a, m)]
+    modes = [m for m in ("build", "run", "sweep", "run_sweep", "fit", "launch") if getattr(a, m)]
     if unknown or len(modes) != 1:
-        ap.error(f"unknown rows {unknown}" if unknown else "give one of --build, --run, --sweep, --run-sweep, --fit")
-    return {"build": build, "run": run, "sweep": sweep_build, "run_sweep": sweep_run, "fit": fit}[modes[0]](a)
+        ap.error(f"unknown rows {unknown}" if unknown else
+                 "give one of --build, --run, --sweep, --run-sweep, --fit, --launch")
+    return {"build": build, "run": run, "sweep": sweep_build, "run_sweep": sweep_run, "fit": fit,
+            "launch": launch}[modes[0]](a)
 
 
 if __name__ == "__main__":
