@@ -357,7 +357,8 @@ def test_tile_offsets_are_the_optimizers_layout_offsets():
     for shape, elt, item, inner, sw in [((16, 64), "f16", 2, 1, 128), ((64, 32), "f16", 2, 1, 64),
                                         ((8, 16), "f16", 2, 1, 32), ((4, 8, 64), "f16", 2, 2, 128),
                                         ((4, 8, 64), "f16", 2, 1, 0), ((2, 16, 64), "f32", 4, 1, 64),
-                                        ((32, 64), "bf16", 2, 0, 128)]:
+                                        ((32, 64), "bf16", 2, 0, 128), ((16, 80), "f16", 2, 1, 32),
+                                        ((2, 8, 96), "f16", 2, 2, 64), ((16, 80), "f16", 2, 0, 32)]:
         lay = TileLayout("t", shape, elt, inner, sw)
         tile = Tile(shape, elt, item, inner=inner, swizzle=sw)
         e = Emitter()
@@ -388,6 +389,48 @@ def test_wide_swizzled_rows_are_stored_as_swizzle_atoms():
         assert o // (16 * 64) == c // 64 and (o % (16 * 64)) // 64 == r  # block c // 64, row r in it
         assert (o - lay.offset((r, c))) * 2 % 128 == 0
     assert sorted(offs) == list(range(16 * 128)) and not e.body
+
+
+def _mn_major_address(k: int, n: int, swizzle: int, lead: int, stride: int) -> int:
+    """The byte a wgmma reads for element (k, n) of an MN-major 16-bit B operand under a
+    swizzle of `swizzle` bytes, descriptor offsets `lead` and `stride` (PTX ISA, "Shared
+    Memory Matrix Layout": ((8, S/16, m), (8, k)) : ((1, 8, LBO), (S/2, SBO)) in elements,
+    then Swizzle<log2(S/16), 4, 3> on the byte address)."""
+    per = swizzle // 2  # elements of one swizzle row
+    b = 2 * (n % per) + (n // per) * lead + (k % 8) * swizzle + (k // 8) * stride
+    bits = (swizzle // 16).bit_length() - 1
+    return b ^ (((b >> 7) & ((1 << bits) - 1)) << 4)
+
+
+@pytest.mark.parametrize("rows,cols,swizzle", [(64, 80, 32), (16, 80, 32), (64, 96, 64), (64, 96, 32),
+                                               (64, 256, 128), (64, 128, 128), (64, 64, 128), (32, 16, 32),
+                                               (64, 32, 64)])
+def test_b_tiles_are_where_the_wgmma_descriptor_reads(rows, cols, swizzle):
+    # the lowering's offsets of a [K, N] tile (copies write there) against the hardware's
+    # reading of the descriptor it builds for it: every element where wgmma looks for it,
+    # for rows stored whole (one swizzle row) or as column blocks (`Tile.atom`: 80 = 5 x 16
+    # under the 32-byte swizzle, 96 = 3 x 32 under the 64-byte one, 256 = 2 x 128)
+    from mirage.lower.emitter import Emitter
+    from mirage.lower.kernel_plan import Tile
+
+    tile = Tile((rows, cols), "f16", 2, swizzle=swizzle)
+    assert bool(tile.atom) == (cols * 2 > swizzle)
+    pitch, lead, stride = tile.mn_major_offsets()
+    e = Emitter()
+    for k in range(rows):
+        for n in range(cols):
+            assert 2 * tile.offset_rc(e, k, n) == _mn_major_address(k, n, swizzle, lead, stride), (k, n)
+    assert not e.body
+
+
+def test_attention_of_head_dim_80_runs_both_matmuls_on_warpgroups():
+    # MCFuser's S6 (head dim 80: V's rows of 160 bytes) in 64-row tiles: V in 32-byte
+    # swizzle atoms, so that P @ V runs as wgmma m64n80k16 too (it ran on mma.sync)
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    import attention_tilings
+
+    lo = convert_to_gpu(attention_tilings.graph("S6", 64, 64))
+    assert "m64n64k16" in lo.module and "m64n80k16" in lo.module and "nvgpu.mma.sync" not in lo.module
 
 
 def test_optimizer_plan_is_consumed():

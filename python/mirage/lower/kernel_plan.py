@@ -25,7 +25,7 @@ from ..core.graph import GraphError, Op, STensor, TBGraph
 from ..core.ops import is_accumulator
 from ..core.rules import chunks_ok
 from ..optimize.layout import inner_dim, lowering_layouts
-from ..optimize.plan import SmemPlan, tile_names
+from ..optimize.plan import SmemPlan, atom_bytes, tile_names
 from ..optimize.schedule import _Deps, schedule as schedule_ops
 from ..optimize.smem import buffers, check_offsets, live_ranges, plan_smem
 from ..target import DEFAULT as DEFAULT_TARGET
@@ -97,14 +97,22 @@ class Tile:
 
     @property
     def atom(self) -> int:
-        """Rows wider than a 128-byte swizzle are stored as column blocks of that width
-        (elements here; 0: rows stored whole), each block [rows_alloc, atom] row-major and
+        """The width of the column blocks the rows are stored as (elements; 0: rows stored
+        whole; `optimize.plan.atom_bytes`), each block [rows_alloc, atom] row-major and
         swizzled as `TileLayout.offset` says: Hopper's swizzle atoms, which wgmma reads
-        through a descriptor. Banks see the same chunks as in whole rows (both pitches
-        are multiples of 128 bytes), so the layout plan's conflict counts hold."""
-        if self.swizzle == 128 and self.inner_last and self.ld == self.cols and self.cols * self.itemsize > 128:
-            return 128 // self.itemsize
+        through a descriptor."""
+        if self.inner_last and self.ld == self.cols:
+            return atom_bytes(self.cols * self.itemsize, self.swizzle) // self.itemsize
         return 0
+
+    def mn_major_offsets(self) -> tuple[int, int, int]:
+        """Bytes (pitch, leading offset, stride offset) of this tile [K, N] as the MN-major
+        operand of a wgmma descriptor: one row of K to the next; one column block to the
+        next (`atom`; unused where a row is one block); one group of 8 rows of K to the
+        next. PTX ISA, the MN-major canonical layouts under a swizzle of S bytes, in
+        16-bit elements: ((8, S/16, m), (8, k)) : ((1, 8, LBO), (S/2, SBO))."""
+        pitch = (self.atom or self.cols) * self.itemsize
+        return pitch, (self.rows_alloc * pitch if self.atom else 8 * pitch), 8 * pitch
 
     @property
     def inner_last(self) -> bool:
@@ -1151,8 +1159,9 @@ class KernelPlan:
         before it (`a_from_regs`), and C layout) and B
         from shared memory through a descriptor: B's tile [K, N] is row-major, swizzled as
         wide as its rows of 32, 64 or 128 bytes (the hardware's swizzle mode of that width
-        for an MN-major operand) or stored as 128-byte swizzled column blocks
-        (`Tile.atom`, N up to 256), every block aligned to the swizzle's 1024-byte period."""
+        for an MN-major operand) or stored as swizzled column blocks of the swizzle's width
+        (`Tile.atom`, N up to 256: 80 in blocks of 16), every block a whole number of the
+        swizzle's periods (8 rows), the tile 1024-byte aligned."""
         if not self._wgmma_shape_ok(op):
             return False
         a, b = op.inputs
@@ -1163,7 +1172,7 @@ class KernelPlan:
         row = N * tile.itemsize
         if tile.elt not in ("f16", "bf16") or not tile.inner_last or tile.ld != N:
             return False
-        blocks_ok = tile.atom and (tile.rows_alloc * 128) % 1024 == 0
+        blocks_ok = tile.atom and tile.rows_alloc % 8 == 0  # each block a whole swizzle period
         return (tile.swizzle == row in (32, 64, 128) or bool(blocks_ok)) \
             and tile.offset % 1024 == 0 and tile.stage_bytes % 1024 == 0
 
@@ -1195,7 +1204,8 @@ class KernelPlan:
         if ta is None:
             return False
         one_block = chunk and ta.swizzle == 128 and ta.ld == ta.cols and ta.cols * ta.itemsize == 128
-        return ((bool(ta.atom) and (op.inputs[0].shape[-1] >= A_DESC_MIN_K or chunk)) or one_block) \
+        wide = ta.atom * ta.itemsize == 128
+        return ((wide and (op.inputs[0].shape[-1] >= A_DESC_MIN_K or chunk)) or one_block) \
             and ta.offset % 1024 == 0 and ta.stage_bytes % 1024 == 0 and (ta.rows_alloc * 128) % 1024 == 0
 
     @property

@@ -30,17 +30,19 @@ from typing import Mapping
 
 from ..core import ops as O
 from ..core.graph import TBGraph
-from .plan import LayoutPlan, TileLayout, solver_budget, tile_names, tiles
+from .plan import LayoutPlan, TileLayout, atom_bytes, solver_budget, tile_names, tiles
 
 SWIZZLES = (0, 32, 64, 128)
 ELEMENTWISE = set(O.ELEMENTWISE)
 REDUCING_ACCUM = {"sum", "mean", "rms", "sum_todimx"}
 
 
-def ldmatrix_ways(row_bytes: int, swizzle: int) -> int:
+def ldmatrix_ways(row_bytes: int, swizzle: int, inner_last: bool = True) -> int:
     """Bank-conflict degree of one ldmatrix phase: 8 consecutive rows of `row_bytes`,
-    16 bytes from each, under the swizzle of `TileLayout.offset`."""
+    16 bytes from each, under the swizzle of `TileLayout.offset` (`inner_last`: rows of
+    the last dim, which `atom_bytes` may store as column blocks: 8 rows of one block)."""
     worst = 1
+    row_bytes = (atom_bytes(row_bytes, swizzle) if inner_last else 0) or row_bytes
     per_phase = max(1, 128 // row_bytes) if row_bytes else 1
     max_phase = max(1, swizzle // 16)
     for chunk in range(max(1, min(row_bytes // 16, 8))):
@@ -127,7 +129,7 @@ class _Costs:
             row = t.shape[d] * item
             if len(t.shape) < 2 or row % 16 or item != 2:
                 return ceil(_bytes(t) / item) + (d != along)  # no ldmatrix: element loads
-            return phases * ldmatrix_ways(row, s)
+            return phases * ldmatrix_ways(row, s, d == len(t.shape) - 1)
         self._add(t, cost)
 
     def _op(self, op):

@@ -28,6 +28,18 @@ def tiles(tb: TBGraph) -> list[STensor]:
     return [r.stensor for r in tb.inputs] + [t for op in tb.ops for t in op.outputs]
 
 
+def atom_bytes(row_bytes: int, swizzle: int) -> int:
+    """Bytes of the column blocks a row of `row_bytes` under `swizzle` is stored in (0: the
+    rows whole): rows wider than a 128-byte swizzle, and rows wider than a 32- or 64-byte
+    swizzle whose width is no power of two (a head dim of 80 or 96: 160 or 192 bytes), are
+    cut into blocks of the swizzle's width, each block [rows, width] row-major: Hopper's
+    swizzle atoms, which a wgmma descriptor reads (the matrix one block after the other),
+    and whose 8-row groups ldmatrix reads without bank conflicts."""
+    if swizzle and row_bytes > swizzle and (swizzle == 128 or row_bytes & (row_bytes - 1)):
+        return swizzle
+    return 0
+
+
 @dataclass
 class TileLayout:
     name: str
@@ -44,7 +56,11 @@ class TileLayout:
         16-byte chunk holding the element moves to chunk ^ phase within the row, where
         phase = (row // per_phase) % (S // 16) and per_phase = max(1, 128 // R)
         (Triton's swizzled shared layout with 16-byte vectors). S divides R, so the
-        chunk stays in its row and 16-byte vectors stay contiguous.
+        chunk stays in its row and 16-byte vectors stay contiguous. Rows of the last dim
+        that `atom_bytes` cuts into blocks narrower than 128 bytes are swizzled so within
+        their block (R = the block's width), the blocks one after the other. (Blocks of
+        128 bytes, as the lowering stores them, hold every chunk in the bank it has in
+        the whole row: the plan keeps the whole rows there.)
         """
         st = self.strides
         lin = sum(i * s for i, s in zip(index, st))
@@ -53,11 +69,25 @@ class TileLayout:
         item = {"f16": 2, "bf16": 2, "f32": 4}[self.dtype]
         n = self.shape[self.inner_dim]
         row, col = divmod(lin, n)
+        base = 0
+        atom = atom_bytes(n * item, self.swizzle) // item if self.inner_dim == len(self.shape) - 1 else 0
+        atom = atom if atom * item < 128 else 0
+        if atom:
+            blk, col = divmod(col, atom)
+            base, n = blk * self.rows * atom, atom
         per_phase = max(1, 128 // (n * item))
         phase = (row // per_phase) % (self.swizzle // 16)
         per_chunk = 16 // item
         chunk, within = divmod(col, per_chunk)
-        return row * n + (chunk ^ phase) * per_chunk + within
+        return base + row * n + (chunk ^ phase) * per_chunk + within
+
+    @property
+    def rows(self) -> int:
+        """Rows of the tile: its elements over the length of its inner dim."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n // self.shape[self.inner_dim]
 
     @property
     def strides(self) -> tuple:

@@ -216,15 +216,13 @@ class MatmulEmitter:
                                              f"transpose = false}} : {ta.mtype2d} -> vector<4x2x{elt}>", "fa"), 4, elt)
             if carried or issue_only:
                 self.a_frags[va] = aregs
-        # B's descriptor: start address / 16, the leading byte offset (between 64-column
-        # blocks, `Tile.atom`; unused for B one swizzle atom wide) and the stride of 8-row
-        # groups of K, both / 16, the swizzle mode
-        pitch = 128 if tb_.atom else N * tb_.itemsize  # bytes from one row of K to the next
-        lead = tb_.rows_alloc * 128 if tb_.atom else 8 * pitch
+        # B's descriptor: start address / 16, the leading and stride byte offsets / 16, the
+        # swizzle mode
+        pitch, lead, stride = tb_.mn_major_offsets()
         sp = e.op(f"memref.extract_aligned_pointer_as_index {self.views[id(b)]} : {tb_.mtype} -> index", "bp")
         addr = e.op(f"arith.index_cast {sp} : index to i64", "ba")
         mode = {128: 1, 64: 2, 32: 3}[tb_.swizzle]
-        bits = (lead // 16 << 16) | (8 * pitch // 16 << 32) | (mode << 62)
+        bits = (lead // 16 << 16) | (stride // 16 << 32) | (mode << 62)
         hi = e.op(f"arith.constant {bits - (1 << 64) if bits >= 1 << 63 else bits} : i64", "bd")  # as signed i64
         four, mask = e.op("arith.constant 4 : i64", "c"), e.op("arith.constant 16383 : i64", "c")
         lo = e.op(f"arith.andi {e.op(f'arith.shrui {addr}, {four} : i64', 'bs')}, {mask} : i64", "bl")
