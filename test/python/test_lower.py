@@ -420,6 +420,9 @@ def test_b_tiles_are_where_the_wgmma_descriptor_reads(rows, cols, swizzle):
     for k in range(rows):
         for n in range(cols):
             assert 2 * tile.offset_rc(e, k, n) == _mn_major_address(k, n, swizzle, lead, stride), (k, n)
+            if n % 8 == 0:  # ldmatrix's row addresses in the 2-d view agree
+                r, c = tile.ldm_index(e, k, n)
+                assert r * (tile.atom or tile.ld) + c == tile.offset_rc(e, k, n), (k, n)
     assert not e.body
 
 
