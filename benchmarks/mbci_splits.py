@@ -4,7 +4,8 @@ reference and the warp-resident tilings tm x tl x th (tm in --tm, tl in --tl, th
 256; 16 rows a warp: a 128-row tiling runs 8 warps, two warpgroups), each
 lowered with the default split (`-s0`) and forced to 1, 2, 4, 8 (`Options(split=s)`), and
 for G4 and G10 also split 8 with the last-block combine (`-s8fold`). `--form k`: the loop over
-K instead (the μGraph's threads); `--kc 64`: A and B staged in chunks of 64 of K (`-kc64`).
+K instead (the μGraph's threads); `--kc 64`: A and B staged in chunks of 64 of K (`-kc64`);
+`--ring 6`: the loop's cp.async ring up to 6 slots deep (`-r6`).
 Writes the bundles and meta.json in `mbci.py --sweep`'s format, so `mbci.py --run-sweep DIR`
 checks and times them.
 
@@ -37,6 +38,9 @@ def main() -> int:
     ap.add_argument("--stages", type=int, default=0,
                     help="the deepest ring of the staged chunks (`Options.kstages`; 0: the lowering's default), "
                     "named -st<n>")
+    ap.add_argument("--ring", type=int, default=0,
+                    help="the deepest cp.async ring of the loop's inputs (`Options.stages`; 0: the lowering's "
+                    "default), named -r<n>")
     ap.add_argument("--form", default="n", choices=("n", "k"),
                     help="n: loop over N, warp-resident (16 rows a warp); k: loop over K, n whole (default threads)")
     a = ap.parse_args()
@@ -66,9 +70,9 @@ def main() -> int:
                 continue
             for s in (int(x) for x in a.splits.split(",")):
                 if not s or ((N if a.form == "n" else K) // tl) % s == 0:
-                    extra = {"kstages": a.stages} if a.stages else {}
+                    extra = ({"kstages": a.stages} if a.stages else {}) | ({"stages": a.ring} if a.ring else {})
                     put(f"{row}__{a.form}{tm}x{tl}x{th}-s{s}" + (f"-kc{t.kc}" if t.kc else "")
-                        + (f"-st{a.stages}" if a.stages else ""), row, "chain", g,
+                        + (f"-st{a.stages}" if a.stages else "") + (f"-r{a.ring}" if a.ring else ""), row, "chain", g,
                         Options(split=s, threads=threads, **extra), [a.form, tm, tl, th])
             if a.form == "n" and row in ("G4", "G10") and (N // tl) % 8 == 0 and tm == 64:
                 put(f"{row}__n64x{tl}x{th}-s8fold", row, "chain", g, Options(split=8, clusters=False),
