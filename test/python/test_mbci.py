@@ -144,6 +144,27 @@ def test_a_whole_tiling_that_does_not_fit_after_all_is_seeded_staged():
     assert deep in seeds and whole not in seeds
 
 
+def test_attention_of_head_dim_80_is_seeded_with_warp_resident_tiles():
+    """MCFuser's S6 (head dim 80, so E's tile is 16 or 80 wide): its seeds take 64-row
+    warp-resident tilings of the whole head dim (before, E tiles over 64 were left out and
+    the search kept only 32-row tilings); they build and the lowering runs both matmuls
+    as warpgroup matmuls (test_lower.py)."""
+    from mirage.search.mbci import seed_tilings
+
+    g = chain(16, 256, 256, 80, 80, ("mul_scalar", "exp"), attn=True)
+    c, cfg = find_chain(g), SearchConfig()
+    assert c.normalized and c.H == 80
+
+    def measure(plan):
+        try:
+            return cost(build(g, plan)).time
+        except mi.GraphError:
+            return float("inf")
+
+    rows64 = [t for t in seed_tilings(c, cfg, measure, {}) if t.tm == 64 and t.th == 80]
+    assert rows64 and all(measure(plan_of(c, t, cfg)) < float("inf") for t in rows64)
+
+
 def test_explore_is_deterministic_and_returns_measured_best_first():
     c = find_chain(chain(8, 1024, 1024, 128, 128))
     cands = space(c, SearchConfig(), {})

@@ -371,6 +371,22 @@ def test_kept_candidates_differ_in_their_main_kernel():
     assert [x.key for x in diverse([a, b, c, ref], window=1.5)] == ["a", "b", "c", "reference"]
 
 
+def test_kept_candidates_differ_in_how_the_main_kernel_is_cut_into_blocks():
+    # MCFuser's S6: three tilings of one grid that differ in their loops, then one of another
+    # grid (64-row warpgroup tiles, 2 % costlier by the model): the other grid is verified
+    # (and timed on a GPU) before the first grid's other loops
+    from types import SimpleNamespace as NS
+
+    from mirage.search.result import diverse
+
+    def cand(key, us, grid, loop):
+        return NS(key=key, cost=NS(time=us * 1e-6), diversity=(1, (grid, loop, (128, 1, 1))))
+
+    xs = [cand("r4", 5.13, (16, 8, 1), 4), cand("r8", 5.13, (16, 8, 1), 8), cand("r5", 5.23, (16, 8, 1), 5),
+          cand("rows64", 5.24, (16, 4, 1), 8)]
+    assert [x.key for x in diverse(xs)] == ["r4", "rows64", "r8", "r5"]
+
+
 def test_grid_tile_sizes_apply_to_grid_split_classes_only():
     # attention's classes: b (batch x heads), r (query rows), d (head dim, reduced), k (keys,
     # reduced, the for-loop); 128-row query tiles come from grid_tile_sizes, 128-key tiles

@@ -58,7 +58,9 @@ SEEDS = 4         # plans handed to the search
 RESIDENT = 2      # and up to this many more that keep C in the warps' registers (`with_resident`)
 RESIDENT_TILE = 128  # their loop and E tiles at most this: C's and E's fragments, tl/2 + th/2 f32 registers a thread
 LOOP_TILE = 128  # the largest warp-resident loop tile `longest_loops` takes among tilings the model ties
-# attention (exp and row sums on the fragments besides C and E): 64, the tiles timed there
+# attention's loop tile (exp and row sums on the fragments besides C and E): 64, the tiles
+# timed there; its E tile as a GEMM chain's (S6's head dim of 80, one E tile beside a loop
+# tile of 64: 172 registers a thread, no spill, ptxas sm_90a)
 ATTENTION_RESIDENT_TILE = 64
 
 
@@ -385,8 +387,8 @@ def with_resident(c: Chain, cands: list[Tiling], tilings: list[Tiling], cfg: Sea
     """The seeds: the SEEDS explored best (`tilings`, best first), then up to RESIDENT
     warp-resident tilings (`warp_resident`) of `cands` (the split-aware space: a grid of
     few blocks is split over the loop by the lowering) of loop tile and E tile at most
-    RESIDENT_TILE that are not among them, in the order of `resident_key`, and for a GEMM
-    chain the one of the widest E tile. (A seed of 128 rows in 8 warps, two warpgroups, ran
+    RESIDENT_TILE (attention's loop tile ATTENTION_RESIDENT_TILE) that are not among them,
+    in the order of `resident_key`, and for a GEMM chain the one of the widest E tile. (A seed of 128 rows in 8 warps, two warpgroups, ran
     faster than these on G4, G7, G8 and G10 with the partials combined through L2, and
     slower on all four once they were combined in shared memory: benchmarks/results/mbci.md,
     2026-11-25 12:45.)
@@ -396,7 +398,7 @@ def with_resident(c: Chain, cands: list[Tiling], tilings: list[Tiling], cfg: Sea
     the four seeds before, which the search's cost model had ranked above it."""
     warps = _warps(cfg)
     most = ATTENTION_RESIDENT_TILE if c.normalized else RESIDENT_TILE
-    res = [t for t in cands if warp_resident(c, t, warps) and t.tl <= most and t.th <= most]
+    res = [t for t in cands if warp_resident(c, t, warps) and t.tl <= most and t.th <= RESIDENT_TILE]
     res.sort(key=lambda t: resident_key(c, t, cfg.sms, dev))
     top = tilings[:SEEDS]
     out = []

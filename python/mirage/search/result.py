@@ -105,17 +105,23 @@ def diversity(g: KNGraph, c: Cost) -> tuple:
 
 def diverse(ranked: list, window: float = 2.0) -> list:
     """`ranked` with, among the candidates within `window` times the best cost, the best of
-    each number of graph-defined kernels first, then the best of each main-kernel schedule,
-    then the rest (each group in rank order). The top-k kept are what the GPU times when it
-    picks by measurement, so they should differ where the cost model is least sure: in how
-    the work is cut into kernels (a norm folded into the attention kernel or run before
-    it), and in the kernel that dominates the time rather than only in a small combine
-    kernel. The cost model's best stays first."""
+    each number of graph-defined kernels first, then the best of each main-kernel grid and
+    block, then of each main-kernel schedule, then the rest (each group in rank order). The
+    top-k kept are what the GPU times when it picks by measurement, so they should differ
+    where the cost model is least sure: in how the work is cut into kernels (a norm folded
+    into the attention kernel or run before it), in how the dominant kernel's work is cut
+    into blocks (MCFuser's S6: its 64-row warpgroup tilings came after three 32-row ones
+    that differ only in their loops, the model's costs 2-4 % apart), and in the kernel that
+    dominates the time rather than only in a small combine kernel. The cost model's best
+    stays first."""
     limit = ranked[0].cost.time * window if ranked else 0.0
     near = [c for c in ranked if c.cost.time <= limit]
     picked: dict = {}  # id -> candidate, in the order picked
-    keys = {id(c): c.diversity for c in near}
-    for i in (0, 1):
+    keys = {}
+    for c in near:
+        n, s = c.diversity
+        keys[id(c)] = (n, s and (s[0], s[2]), s)
+    for i in (0, 1, 2):
         seen = set()
         for c in near:
             k = keys[id(c)][i]
