@@ -7,6 +7,7 @@ multi-output op). `BlockPlan.name(t)` maps an `STensor` to its name.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import prod
 
 from ..core.graph import GraphError, STensor, TBGraph
 
@@ -84,10 +85,7 @@ class TileLayout:
     @property
     def rows(self) -> int:
         """Rows of the tile: its elements over the length of its inner dim."""
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n // self.shape[self.inner_dim]
+        return prod(self.shape) // self.shape[self.inner_dim]
 
     @property
     def strides(self) -> tuple:
