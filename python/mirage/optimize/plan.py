@@ -71,11 +71,10 @@ class TileLayout:
         n = self.shape[self.inner_dim]
         row, col = divmod(lin, n)
         base = 0
-        atom = atom_bytes(n * item, self.swizzle) // item if self.inner_dim == len(self.shape) - 1 else 0
-        atom = atom if atom * item < 128 else 0
-        if atom:
-            blk, col = divmod(col, atom)
-            base, n = blk * self.rows * atom, atom
+        width = atom_bytes(n * item, self.swizzle) if self.inner_dim == len(self.shape) - 1 else 0
+        if 0 < width < 128:
+            blk, col = divmod(col, width // item)
+            base, n = blk * self.rows * (width // item), width // item
         per_phase = max(1, 128 // (n * item))
         phase = (row // per_phase) % (self.swizzle // 16)
         per_chunk = 16 // item

@@ -388,10 +388,10 @@ def with_resident(c: Chain, cands: list[Tiling], tilings: list[Tiling], cfg: Sea
     warp-resident tilings (`warp_resident`) of `cands` (the split-aware space: a grid of
     few blocks is split over the loop by the lowering) of loop tile and E tile at most
     RESIDENT_TILE (attention's loop tile ATTENTION_RESIDENT_TILE) that are not among them,
-    in the order of `resident_key`, and for a GEMM chain the one of the widest E tile. (A seed of 128 rows in 8 warps, two warpgroups, ran
-    faster than these on G4, G7, G8 and G10 with the partials combined through L2, and
-    slower on all four once they were combined in shared memory: benchmarks/results/mbci.md,
-    2026-11-25 12:45.)
+    in the order of `resident_key`, and for a GEMM chain the one of the widest E tile. (A
+    seed of 128 rows in 8 warps, two warpgroups, ran faster than these on G4, G7, G8 and
+    G10 with the partials combined through L2, and slower on all four once they were
+    combined in shared memory: benchmarks/results/mbci.md, 2026-11-25 12:45.)
     H100, Nsight Compute on the picks of Tables II/III (benchmarks/results/mbci.md,
     2026-11-25): every fused kernel ran one block of 4 warps an SM (its shared memory),
     latency-bound; with C in the fragments S2 ran 19.1 us against 35.3 for the fastest of
